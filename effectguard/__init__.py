@@ -1,0 +1,79 @@
+"""effectguard: make the side effects of AI-agent tools safe to execute, recover and test.
+
+Every call of a guarded side effect is recorded durably before dispatch under a
+stable business operation id; an uncertain outcome is reconciled with the
+provider's probe and retried only when the provider's contract makes a resend
+safe, otherwise it is quarantined for an operator.
+"""
+
+from effectguard.contract import EffectContract, OutputCodec, UnknownOutcomePolicy
+from effectguard.errors import (
+    ConfigurationError,
+    EffectGuardError,
+    EffectInProgress,
+    EffectNotConfirmed,
+    EffectOutcomeUnknown,
+    EffectQuarantined,
+    EffectRejected,
+    FencedWriteError,
+    IllegalTransitionError,
+    InvalidRequestError,
+    LedgerError,
+    LedgerLockedError,
+    LedgerNotFoundError,
+    LedgerSchemaError,
+    LedgerUnavailableError,
+    OperationConflictError,
+    OperationNotFoundError,
+)
+from effectguard.executor import EffectExecutor
+from effectguard.ledger.base import EffectLedger
+from effectguard.ledger.sqlite import SQLiteEffectLedger
+from effectguard.model import (
+    EffectEvent,
+    EffectResult,
+    EffectStatus,
+    EventType,
+    OperationRecord,
+    OutcomeProbeResult,
+    ProbeStatus,
+    VerifyProblem,
+    VerifyReport,
+)
+
+__all__ = [
+    "ConfigurationError",
+    "EffectContract",
+    "EffectEvent",
+    "EffectExecutor",
+    "EffectGuardError",
+    "EffectInProgress",
+    "EffectLedger",
+    "EffectNotConfirmed",
+    "EffectOutcomeUnknown",
+    "EffectQuarantined",
+    "EffectRejected",
+    "EffectResult",
+    "EffectStatus",
+    "EventType",
+    "FencedWriteError",
+    "IllegalTransitionError",
+    "InvalidRequestError",
+    "LedgerError",
+    "LedgerLockedError",
+    "LedgerNotFoundError",
+    "LedgerSchemaError",
+    "LedgerUnavailableError",
+    "OperationConflictError",
+    "OperationNotFoundError",
+    "OperationRecord",
+    "OutcomeProbeResult",
+    "OutputCodec",
+    "ProbeStatus",
+    "SQLiteEffectLedger",
+    "UnknownOutcomePolicy",
+    "VerifyProblem",
+    "VerifyReport",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,159 @@
+"""Leases held by this process: which tokens are in use, and keeping them renewed.
+
+A token is *active* from just before the claim that installs it until its
+holder is done with it, including while a handler that passed its deadline is
+still running. A lease owned by this process whose token is not active is
+provably abandoned, which lets a later call take it over without waiting for
+expiry and without presuming overlap risk.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from effectguard.errors import FencedWriteError, LedgerError, OperationNotFoundError
+
+if TYPE_CHECKING:
+    from effectguard.ledger.base import EffectLedger
+
+__all__ = ["KEEPER", "TOKENS", "LeaseKeeper", "Renewal"]
+
+logger = logging.getLogger("effectguard.lease")
+
+
+class _ActiveTokens:
+    """Reference counts of the lease tokens this process is using."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def hold(self, token: str) -> None:
+        with self._lock:
+            self._counts[token] = self._counts.get(token, 0) + 1
+
+    def release(self, token: str) -> None:
+        with self._lock:
+            left = self._counts.get(token, 0) - 1
+            if left > 0:
+                self._counts[token] = left
+            else:
+                self._counts.pop(token, None)
+
+    def active(self, token: str) -> bool:
+        with self._lock:
+            return token in self._counts
+
+    def reset(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = {}
+
+
+@dataclass(eq=False)
+class Renewal:
+    """One lease the keeper renews; ``lost`` turns True if another writer took it."""
+
+    ledger: EffectLedger
+    operation_id: str
+    token: str
+    seconds: float
+    now: Callable[[], float | None]
+    due: float = 0.0
+    lost: bool = False
+    stopped: bool = field(default=False, repr=False)
+
+    def __lt__(self, other: Renewal) -> bool:
+        return self.due < other.due
+
+
+class LeaseKeeper:
+    """Renews registered leases every third of their length from one background thread."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._queue: list[Renewal] = []
+        self._thread: threading.Thread | None = None
+
+    def start(
+        self,
+        ledger: EffectLedger,
+        operation_id: str,
+        token: str,
+        seconds: float,
+        now: Callable[[], float | None],
+    ) -> Renewal:
+        """Keep the lease renewed until :meth:`stop` is called with the returned handle."""
+        renewal = Renewal(ledger, operation_id, token, seconds, now)
+        renewal.due = time.monotonic() + seconds / 3
+        with self._condition:
+            heapq.heappush(self._queue, renewal)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="effectguard-lease-keeper", daemon=True
+                )
+                self._thread.start()
+            self._condition.notify()
+        return renewal
+
+    def stop(self, renewal: Renewal) -> None:
+        """Stop renewing; the entry leaves the queue the next time it comes due."""
+        renewal.stopped = True
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                while not self._queue or self._queue[0].due > time.monotonic():
+                    if self._queue:
+                        self._condition.wait(self._queue[0].due - time.monotonic())
+                    else:
+                        self._condition.wait()
+                renewal = heapq.heappop(self._queue)
+            if renewal.stopped:
+                continue
+            self._renew(renewal)
+            if not renewal.stopped and not renewal.lost:
+                with self._condition:
+                    heapq.heappush(self._queue, renewal)
+
+    @staticmethod
+    def _renew(renewal: Renewal) -> None:
+        try:
+            renewal.ledger.renew(
+                renewal.operation_id, renewal.token, renewal.seconds, now=renewal.now()
+            )
+        except (FencedWriteError, OperationNotFoundError):
+            renewal.lost = True
+            return
+        except LedgerError as exc:
+            # Keep trying: the lease is still ours until it expires.
+            logger.warning("could not renew lease on %s: %s", renewal.operation_id, exc)
+            renewal.due = time.monotonic() + min(renewal.seconds / 6, 1.0)
+            return
+        renewal.due = time.monotonic() + renewal.seconds / 3
+
+    def reset(self) -> None:
+        self._condition = threading.Condition()
+        self._queue = []
+        self._thread = None
+
+
+#: Tokens in use by this process.
+TOKENS = _ActiveTokens()
+#: The process's lease keeper.
+KEEPER = LeaseKeeper()
+
+
+def _after_fork_in_child() -> None:
+    # Locks may have been held by threads that do not exist in the child.
+    TOKENS.reset()
+    KEEPER.reset()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,87 @@
+"""The reconcile table: what an uncertain outcome becomes, given the evidence.
+
+A pure function of the probe's answer and the contract's guarantees, so the
+table can be read, and tested, in one place.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from effectguard.contract import UnknownOutcomePolicy
+from effectguard.model import OutcomeProbeResult, ProbeStatus
+
+__all__ = ["Decision", "Verdict", "decide"]
+
+
+class Verdict(enum.Enum):
+    """The four ways out of RECONCILING."""
+
+    CONFIRM = "confirm"
+    RETRY = "retry"
+    KEEP_UNKNOWN = "keep_unknown"
+    QUARANTINE = "quarantine"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A verdict and the reason a person reads in the ledger."""
+
+    verdict: Verdict
+    reason: str
+
+
+def _policy(policy: UnknownOutcomePolicy, reason: str) -> Decision:
+    if policy is UnknownOutcomePolicy.KEEP_UNKNOWN:
+        return Decision(Verdict.KEEP_UNKNOWN, reason)
+    return Decision(Verdict.QUARANTINE, reason)
+
+
+def decide(
+    probe: OutcomeProbeResult | None,
+    *,
+    confirmable: bool,
+    guaranteed: bool,
+    overlap_risk: bool,
+    attempts_left: bool,
+    policy: UnknownOutcomePolicy,
+) -> Decision:
+    """Return what to do with an operation whose outcome is uncertain.
+
+    ``probe`` is None when the contract has no probe. ``confirmable`` says a
+    COMMITTED probe's output is storable and passes the postcondition.
+    ``guaranteed`` says a resend with the same key is covered by the provider's
+    idempotency right now (declared, and within the key's retention).
+    ``overlap_risk`` says an earlier handler may still be sending.
+    """
+    if probe is not None and probe.status is ProbeStatus.COMMITTED:
+        if confirmable:
+            return Decision(Verdict.CONFIRM, "the probe found the effect committed")
+        return _policy(
+            policy,
+            "the probe reports the effect committed, but its output fails the postcondition "
+            "or cannot be stored",
+        )
+    if probe is not None and probe.status is ProbeStatus.PENDING:
+        return Decision(Verdict.KEEP_UNKNOWN, "the provider reports the request still pending")
+    if probe is not None and probe.status is ProbeStatus.NOT_COMMITTED:
+        if overlap_risk and not guaranteed:
+            return Decision(
+                Verdict.KEEP_UNKNOWN,
+                "the probe found no effect, but an earlier handler may still be sending "
+                "(overlap risk) and the provider does not guarantee idempotency",
+            )
+        basis = "the probe found no effect (authoritative)"
+    elif guaranteed:
+        basis = "the outcome is unknown; the provider's idempotency guarantee covers a resend"
+    else:
+        evidence = "no probe" if probe is None else "the probe could not tell"
+        return _policy(
+            policy,
+            f"the outcome is unknown ({evidence}) and the provider does not guarantee "
+            "idempotency, so a resend could duplicate the effect",
+        )
+    if not attempts_left:
+        return Decision(Verdict.QUARANTINE, f"{basis}, but no attempts are left")
+    return Decision(Verdict.RETRY, basis)

@@ -1,0 +1,115 @@
+"""Canonical JSON, request fingerprints and event-chain hashes.
+
+Canonical JSON is the one text form every stored or hashed value takes: object
+keys sorted, no insignificant whitespace, UTF-8, finite numbers only. Only
+``dict`` (with ``str`` keys), ``list``, ``tuple``, ``str``, ``int``, ``float``,
+``bool`` and ``None`` are accepted; anything else is a :class:`TypeError`, raised
+before anything is recorded, so two different requests can never share a text
+form by accident (``{1: "a"}`` and ``{"1": "a"}`` would under plain ``json``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "REDACTED",
+    "canonical_json",
+    "chain_hash",
+    "check_json_value",
+    "redact_arguments",
+    "request_fingerprint",
+]
+
+#: What a redacted argument's value is replaced by wherever it is stored.
+REDACTED = "[redacted]"
+
+_GENESIS = b"effectguard-event-chain-v1"
+
+
+def check_json_value(value: Any, path: str = "$") -> None:
+    """Raise ``TypeError`` naming the first part of ``value`` that is not canonical JSON."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            msg = f"{path} is {value!r}; only finite numbers are JSON-encodable"
+            raise TypeError(msg)
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                msg = f"{path} has a key {key!r} of type {type(key).__name__}; keys must be str"
+                raise TypeError(msg)
+            check_json_value(item, f"{path}.{key}")
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_json_value(item, f"{path}[{index}]")
+        return
+    msg = f"{path} is a {type(value).__name__}, which is not JSON-encodable"
+    raise TypeError(msg)
+
+
+def canonical_json(value: Any) -> str:
+    """Return the canonical JSON text of ``value``; ``TypeError`` if it has none."""
+    check_json_value(value)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+
+
+def _sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def redact_arguments(arguments: Mapping[str, Any], redact: Iterable[str]) -> dict[str, Any]:
+    """Return a copy of ``arguments`` with every redacted value replaced by :data:`REDACTED`."""
+    names = frozenset(redact)
+    return {name: (REDACTED if name in names else value) for name, value in arguments.items()}
+
+
+def request_fingerprint(
+    contract_name: str,
+    contract_version: int,
+    arguments: Mapping[str, Any],
+    provider_key: str | None,
+    redact: Iterable[str] = (),
+) -> str:
+    """Return the sha256 fingerprint of one logical request.
+
+    Two calls have the same fingerprint exactly when they name the same contract
+    and version, pass equal arguments and forward the same provider key. A
+    redacted argument takes part through the hash of its canonical JSON, so a
+    changed secret still changes the fingerprint while the secret itself appears
+    nowhere in what is stored.
+    """
+    names = frozenset(redact)
+    hashed = {
+        name: ({"sha256": _sha256_hex(canonical_json(value))} if name in names else value)
+        for name, value in arguments.items()
+    }
+    document = {
+        "arguments": hashed,
+        "contract": contract_name,
+        "provider_key": provider_key,
+        "version": contract_version,
+    }
+    return _sha256_hex(canonical_json(document))
+
+
+def chain_hash(previous: bytes | None, event: Mapping[str, Any]) -> bytes:
+    """Return the hash that links ``event`` to the hash of the event before it.
+
+    ``previous`` is None for an operation's first event. Editing, reordering or
+    removing any event changes every hash after it, so the head kept on the
+    operation no longer matches.
+    """
+    digest = hashlib.sha256()
+    digest.update(previous if previous is not None else _GENESIS)
+    digest.update(canonical_json(event).encode("utf-8"))
+    return digest.digest()

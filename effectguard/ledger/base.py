@@ -1,0 +1,286 @@
+"""The ledger protocol: the few durable primitives every backend provides.
+
+Identity, fingerprints and the rules of which transition follows which stay in
+the executor; a backend only stores operations and their hash-chained events,
+and applies a change atomically when, and only when, the row still matches
+what the writer expected. Every backend passes the same conformance suite.
+
+Time: every write takes ``now`` (epoch seconds). ``None`` means the ledger's own
+clock (the database server's for PostgreSQL), which is what production uses;
+tests inject a clock through the executor.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from effectguard.fingerprint import chain_hash
+from effectguard.model import (
+    EffectEvent,
+    EffectStatus,
+    EventType,
+    LeaseOwner,
+    OperationRecord,
+    OverlapHolder,
+    VerifyProblem,
+    VerifyReport,
+)
+
+__all__ = [
+    "UNSET",
+    "Changes",
+    "EffectLedger",
+    "EventDraft",
+    "Expect",
+    "Lease",
+    "NewOperation",
+    "Unset",
+    "check_chain",
+    "describe_mismatch",
+]
+
+
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`."""
+
+    UNSET = "UNSET"
+
+
+#: "Leave this field as it is" in :class:`Changes` and "do not check" in :class:`Expect`.
+UNSET = Unset.UNSET
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to write an operation: held by ``token`` until ``seconds`` pass unrenewed."""
+
+    token: str
+    owner: LeaseOwner
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class EventDraft:
+    """An event to append; the ledger assigns its sequence number, time and hash."""
+
+    type: EventType
+    from_status: EffectStatus | None
+    to_status: EffectStatus
+    attempt: int
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class NewOperation:
+    """An operation as first claimed: DISPATCHED, attempt 1, under ``lease``.
+
+    ``arguments`` must already have redacted values replaced.
+    """
+
+    operation_id: str
+    contract: str
+    contract_version: int
+    fingerprint: str
+    provider_key: str | None
+    arguments: Mapping[str, Any]
+    attempt_budget: int
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Expect:
+    """What the row must still look like for a write to apply.
+
+    ``lease_token`` must equal the stored token (None: no lease); this is the
+    fence. ``lease_expired=True`` requires the lease to be absent or expired by
+    the ledger's clock. ``event_count`` pins the row to the version the writer read.
+    """
+
+    statuses: frozenset[EffectStatus] | None = None
+    lease_token: str | Unset | None = UNSET
+    lease_expired: bool = False
+    event_count: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """The new values of a row; :data:`UNSET` fields keep their value.
+
+    ``lease`` set to a :class:`Lease` installs that token and owner with expiry
+    ``now + seconds``; None releases the lease.
+    """
+
+    status: EffectStatus
+    lease: Lease | Unset | None = UNSET
+    attempts: int | Unset = UNSET
+    attempt_budget: int | Unset = UNSET
+    output_json: str | Unset | None = UNSET
+    provider_operation_id: str | Unset | None = UNSET
+    reason: str | Unset | None = UNSET
+    evidence: Mapping[str, Any] | Unset = UNSET
+    overlap: tuple[OverlapHolder, ...] | Unset = UNSET
+
+
+@runtime_checkable
+class EffectLedger(Protocol):
+    """Durable storage of operations and their hash-chained events.
+
+    Every write is atomic and durable when it returns: a row change and the
+    events describing it commit together or not at all. A write whose
+    :class:`Expect` no longer holds raises :class:`~effectguard.errors.FencedWriteError`
+    and changes nothing. Driver errors surface as
+    :class:`~effectguard.errors.LedgerUnavailableError` (or a subclass).
+    """
+
+    def claim(
+        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
+    ) -> tuple[OperationRecord, bool]:
+        """Insert ``operation`` with ``events`` in one commit, or return the stored record.
+
+        Returns ``(record, True)`` when this call created it (the caller holds
+        the lease, and the record is durable before it returns), else
+        ``(existing record, False)`` with nothing written.
+        """
+        ...
+
+    def transition(
+        self,
+        operation_id: str,
+        expect: Expect,
+        changes: Changes,
+        events: Sequence[EventDraft],
+        *,
+        now: float | None = None,
+    ) -> OperationRecord:
+        """Apply ``changes`` and append ``events`` in one commit if ``expect`` holds.
+
+        Raises ``OperationNotFoundError`` for an unknown id and ``FencedWriteError``
+        when the row no longer matches; in both cases nothing is written.
+        """
+        ...
+
+    def renew(
+        self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None
+    ) -> None:
+        """Extend the lease held by ``lease_token`` to ``now + seconds``.
+
+        Raises ``FencedWriteError`` when that token no longer holds the lease.
+        """
+        ...
+
+    def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
+        """Return the operation, or None; a plain read that takes no write lock."""
+        ...
+
+    def list_operations(
+        self,
+        *,
+        status: EffectStatus | None = None,
+        contract: str | None = None,
+        limit: int = 100,
+    ) -> list[OperationRecord]:
+        """Return up to ``limit`` operations, most recently updated first."""
+        ...
+
+    def events(self, operation_id: str) -> list[EffectEvent]:
+        """Return the operation's events in order (empty for an unknown id)."""
+        ...
+
+    def verify(self) -> VerifyReport:
+        """Check every operation's event chain against the head and count kept on its row."""
+        ...
+
+    def confirm(
+        self,
+        operation_id: str,
+        *,
+        output: Any,
+        provider_operation_id: str | None,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+    ) -> OperationRecord:
+        """Record an operator's finding that the effect happened, with ``output`` to replay."""
+        ...
+
+    def reject(
+        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+    ) -> OperationRecord:
+        """Record an operator's finding that the effect did not and will not happen."""
+        ...
+
+    def authorize_retry(
+        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+    ) -> OperationRecord:
+        """Allow exactly one more dispatch, with the same provider key, on the next execute."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the ledger is unusable afterwards."""
+        ...
+
+
+def describe_mismatch(
+    record: OperationRecord, expect: Expect, *, lease_expired: bool
+) -> str | None:
+    """Return why ``record`` fails ``expect`` (None when it matches).
+
+    ``lease_expired`` is whether the record's lease is absent or expired at the
+    ledger's current time.
+    """
+    if expect.statuses is not None and record.status not in expect.statuses:
+        wanted = "/".join(sorted(status.value for status in expect.statuses))
+        return f"status is {record.status.value}, expected {wanted}"
+    if expect.lease_token is not UNSET and record.lease_token != expect.lease_token:
+        return "lease token is not the writer's (the lease was taken over or released)"
+    if expect.lease_expired and not lease_expired:
+        return "lease is still live"
+    if expect.event_count is not None and record.event_count != expect.event_count:
+        return "operation changed since it was read"
+    return None
+
+
+def check_chain(
+    operation_id: str, event_count: int, event_head: bytes, events: Iterable[EffectEvent]
+) -> list[VerifyProblem]:
+    """Return every break between ``events`` and the head and count kept on the operation."""
+    problems: list[VerifyProblem] = []
+    previous: bytes | None = None
+    expected_seq = 1
+    seen = 0
+    for event in events:
+        seen += 1
+        if event.seq != expected_seq:
+            problems.append(
+                VerifyProblem(
+                    operation_id, event.seq, f"event {expected_seq} is missing or out of order"
+                )
+            )
+            expected_seq = event.seq
+        computed = chain_hash(previous, event.chain_document())
+        if computed != event.hash:
+            problems.append(
+                VerifyProblem(
+                    operation_id,
+                    event.seq,
+                    "event hash does not match its contents and predecessor (edited or reordered)",
+                )
+            )
+        previous = event.hash
+        expected_seq += 1
+    if seen != event_count:
+        problems.append(
+            VerifyProblem(
+                operation_id, None, f"operation records {event_count} events but {seen} are stored"
+            )
+        )
+    if (previous or b"") != event_head:
+        problems.append(
+            VerifyProblem(
+                operation_id, None, "last event does not match the chain head on the operation"
+            )
+        )
+    return problems

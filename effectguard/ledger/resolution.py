@@ -1,0 +1,229 @@
+"""Audited operator resolution, written once over the ledger primitives.
+
+Every backend's ``confirm``, ``reject`` and ``authorize_retry`` delegate here,
+so the rules of which resolution makes sense from which state live in one place.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from effectguard.errors import (
+    FencedWriteError,
+    IllegalTransitionError,
+    InvalidRequestError,
+    OperationNotFoundError,
+)
+from effectguard.fingerprint import canonical_json
+from effectguard.ledger.base import Changes, EventDraft, Expect
+from effectguard.model import EffectStatus, EventType, OperationRecord
+
+__all__ = ["authorize_retry", "confirm", "reject"]
+
+_RESOLVABLE = frozenset(
+    {
+        EffectStatus.PREPARED,
+        EffectStatus.DISPATCHED,
+        EffectStatus.OUTCOME_UNKNOWN,
+        EffectStatus.RECONCILING,
+        EffectStatus.QUARANTINED,
+    }
+)
+_RETRYABLE = _RESOLVABLE - {EffectStatus.PREPARED}
+_ATTEMPTS = 5
+
+
+class _Primitives(Protocol):
+    def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None: ...
+
+    def transition(
+        self,
+        operation_id: str,
+        expect: Expect,
+        changes: Changes,
+        events: Sequence[EventDraft],
+        *,
+        now: float | None = None,
+    ) -> OperationRecord: ...
+
+
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        # No passwd entry (common in containers): the numeric uid still identifies the account.
+        return f"uid:{os.getuid()}"
+
+
+def _audit(actor: str, reason: str, evidence_reference: str) -> dict[str, Any]:
+    missing = [
+        name
+        for name, value in (
+            ("actor", actor),
+            ("reason", reason),
+            ("evidence reference", evidence_reference),
+        )
+        if not isinstance(value, str) or not value.strip()
+    ]
+    if missing:
+        msg = "operator resolution needs " + ", ".join(missing) + " (non-empty)"
+        raise InvalidRequestError(msg)
+    return {
+        "actor": actor.strip(),
+        "reason": reason.strip(),
+        "evidence_reference": evidence_reference.strip(),
+        "os_user": _os_user(),
+        "host": socket.gethostname(),
+    }
+
+
+def _resolve(
+    ledger: _Primitives,
+    operation_id: str,
+    *,
+    action: str,
+    allowed: frozenset[EffectStatus],
+    build: Any,
+) -> OperationRecord:
+    for _ in range(_ATTEMPTS):
+        record = ledger.get(operation_id)
+        if record is None:
+            raise OperationNotFoundError(operation_id)
+        if record.status not in allowed:
+            msg = f"cannot {action} operation {operation_id!r}: it is {record.status.value}"
+            raise IllegalTransitionError(msg)
+        if record.lease_live:
+            msg = (
+                f"cannot {action} operation {operation_id!r}: a worker holds a live lease on it "
+                f"until {record.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC; "
+                "wait for it to finish or expire"
+            )
+            raise IllegalTransitionError(msg)
+        changes, event = build(record)
+        expect = Expect(
+            statuses=frozenset({record.status}),
+            lease_expired=True,
+            event_count=record.event_count,
+        )
+        try:
+            return ledger.transition(operation_id, expect, changes, [event])
+        except FencedWriteError:
+            continue  # changed under us: read again and re-check the rules
+    msg = f"cannot {action} operation {operation_id!r}: it keeps changing; try again"
+    raise IllegalTransitionError(msg)
+
+
+def confirm(
+    ledger: _Primitives,
+    operation_id: str,
+    *,
+    output: Any,
+    provider_operation_id: str | None,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+) -> OperationRecord:
+    """Mark the operation CONFIRMED with ``output``, which every later call replays."""
+    audit = _audit(actor, reason, evidence_reference)
+    try:
+        output_json = canonical_json(output)
+    except TypeError as exc:
+        msg = f"operator output is not JSON-encodable: {exc}"
+        raise InvalidRequestError(msg) from exc
+
+    def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
+        evidence = {**audit, "output": output, "provider_operation_id": provider_operation_id}
+        changes = Changes(
+            status=EffectStatus.CONFIRMED,
+            lease=None,
+            output_json=output_json,
+            provider_operation_id=provider_operation_id,
+            reason=f"confirmed by operator {audit['actor']}: {audit['reason']}",
+            evidence=evidence,
+            overlap=(),
+        )
+        event = EventDraft(
+            EventType.OPERATOR_CONFIRMED,
+            record.status,
+            EffectStatus.CONFIRMED,
+            record.attempts,
+            evidence,
+        )
+        return changes, event
+
+    return _resolve(ledger, operation_id, action="confirm", allowed=_RESOLVABLE, build=build)
+
+
+def reject(
+    ledger: _Primitives,
+    operation_id: str,
+    *,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+) -> OperationRecord:
+    """Mark the operation REJECTED: the effect did not happen and will not be attempted again."""
+    audit = _audit(actor, reason, evidence_reference)
+
+    def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
+        changes = Changes(
+            status=EffectStatus.REJECTED,
+            lease=None,
+            output_json=None,
+            reason=f"rejected by operator {audit['actor']}: {audit['reason']}",
+            evidence=audit,
+            overlap=(),
+        )
+        event = EventDraft(
+            EventType.OPERATOR_REJECTED,
+            record.status,
+            EffectStatus.REJECTED,
+            record.attempts,
+            audit,
+        )
+        return changes, event
+
+    return _resolve(ledger, operation_id, action="reject", allowed=_RESOLVABLE, build=build)
+
+
+def authorize_retry(
+    ledger: _Primitives,
+    operation_id: str,
+    *,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+) -> OperationRecord:
+    """Move the operation to PREPARED with a budget of exactly one more attempt.
+
+    The operator's authorization also clears any overlap risk: the operator
+    vouches that no earlier handler can still commit.
+    """
+    audit = _audit(actor, reason, evidence_reference)
+
+    def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
+        evidence: Mapping[str, Any] = {**audit, "cleared_overlap": len(record.overlap)}
+        changes = Changes(
+            status=EffectStatus.PREPARED,
+            lease=None,
+            attempt_budget=record.attempts + 1,
+            reason=f"retry authorized by operator {audit['actor']}: {audit['reason']}",
+            evidence=evidence,
+            overlap=(),
+        )
+        event = EventDraft(
+            EventType.OPERATOR_RETRY_AUTHORIZED,
+            record.status,
+            EffectStatus.PREPARED,
+            record.attempts,
+            evidence,
+        )
+        return changes, event
+
+    return _resolve(
+        ledger, operation_id, action="authorize a retry of", allowed=_RETRYABLE, build=build
+    )

@@ -1,0 +1,682 @@
+"""The SQLite ledger: durable on one host, safe for many threads and processes.
+
+Every write is ``BEGIN IMMEDIATE … COMMIT`` on a connection opened with
+``isolation_level=None``: Python 3.11's ``sqlite3`` would otherwise open an
+implicit DEFERRED transaction and read outside the write lock, so two claims
+could both see "no record". WAL with ``synchronous=FULL`` makes each commit
+durable against power loss, which is what "recorded before dispatch" needs.
+WAL does not work across hosts or on network file systems: use PostgreSQL there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from effectguard.errors import (
+    FencedWriteError,
+    LedgerLockedError,
+    LedgerNotFoundError,
+    LedgerSchemaError,
+    LedgerUnavailableError,
+    OperationNotFoundError,
+)
+from effectguard.fingerprint import canonical_json, chain_hash
+from effectguard.ledger import resolution
+from effectguard.ledger.base import (
+    UNSET,
+    Changes,
+    EventDraft,
+    Expect,
+    Lease,
+    NewOperation,
+    check_chain,
+    describe_mismatch,
+)
+from effectguard.model import (
+    EffectEvent,
+    EffectStatus,
+    EventType,
+    LeaseOwner,
+    OperationRecord,
+    OverlapHolder,
+    VerifyReport,
+    chain_document,
+    from_micros,
+)
+
+__all__ = ["SCHEMA_VERSION", "SQLiteEffectLedger"]
+
+T = TypeVar("T")
+
+#: ``PRAGMA application_id`` of every effectguard ledger file ("EGLD").
+APPLICATION_ID = 0x45474C44
+
+_MIGRATIONS: tuple[str, ...] = (
+    # 1: operations and their hash-chained events.
+    """
+    CREATE TABLE operations (
+        operation_id TEXT PRIMARY KEY,
+        contract TEXT NOT NULL,
+        contract_version INTEGER NOT NULL,
+        fingerprint TEXT NOT NULL,
+        provider_key TEXT,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        attempt_budget INTEGER NOT NULL,
+        arguments TEXT NOT NULL,
+        output TEXT,
+        provider_operation_id TEXT,
+        reason TEXT,
+        evidence TEXT,
+        lease_token TEXT,
+        lease_owner TEXT,
+        lease_expires_us INTEGER,
+        overlap TEXT,
+        created_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        first_dispatched_us INTEGER NOT NULL,
+        event_count INTEGER NOT NULL,
+        event_head BLOB NOT NULL
+    );
+    CREATE TABLE events (
+        operation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        from_status TEXT,
+        to_status TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        at_us INTEGER NOT NULL,
+        evidence TEXT,
+        hash BLOB NOT NULL,
+        PRIMARY KEY (operation_id, seq)
+    ) WITHOUT ROWID;
+    """,
+    # 2: operator listings by status or contract stay fast on large ledgers.
+    """
+    CREATE INDEX operations_by_status ON operations (status, updated_us);
+    CREATE INDEX operations_by_contract ON operations (contract, updated_us);
+    CREATE INDEX operations_by_update ON operations (updated_us);
+    """,
+)
+
+#: The schema version this library writes; older files are migrated forward on open.
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_SYNCHRONOUS = frozenset({"FULL", "EXTRA", "NORMAL"})
+
+_COLUMNS = (
+    "operation_id, contract, contract_version, fingerprint, provider_key, status, attempts,"
+    " attempt_budget, arguments, output, provider_operation_id, reason, evidence, lease_token,"
+    " lease_owner, lease_expires_us, overlap, created_us, updated_us, first_dispatched_us,"
+    " event_count, event_head"
+)
+_EVENT_COLUMNS = "operation_id, seq, type, from_status, to_status, attempt, at_us, evidence, hash"
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that can be weakly referenced, so dead threads' connections are collected."""
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class SQLiteEffectLedger:
+    """An :class:`~effectguard.ledger.base.EffectLedger` in one SQLite file.
+
+    The file is created with mode 0600 on the first write, never by a read;
+    with ``create=False`` a missing file is a :class:`LedgerNotFoundError` at
+    once. A file of an older schema is migrated forward; a newer one, or a file
+    that is not a ledger, is refused with :class:`LedgerSchemaError` and left as it was.
+    ``synchronous="NORMAL"`` is faster but survives only a process crash, not a
+    power loss: a claim lost after a real dispatch is a silent duplicate.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 10.0,
+        create: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        mode = synchronous.upper()
+        if mode not in _SYNCHRONOUS:
+            msg = (
+                f"synchronous must be one of {', '.join(sorted(_SYNCHRONOUS))}, not {synchronous!r}"
+            )
+            raise ValueError(msg)
+        if not busy_timeout >= 0:
+            msg = f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}"
+            raise ValueError(msg)
+        self.path = Path(path)
+        self.synchronous = mode
+        self.busy_timeout = busy_timeout
+        self._clock = clock or time.time
+        self._local = threading.local()
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._ready = False
+        if self.path.exists():
+            self._open()
+        elif not create:
+            msg = f"no ledger at {self.path} (reads never create one)"
+            raise LedgerNotFoundError(msg)
+
+    def __repr__(self) -> str:
+        return f"SQLiteEffectLedger({str(self.path)!r})"
+
+    # -- connections -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translate(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                msg = (
+                    f"ledger {self.path} is locked by another writer "
+                    f"(waited the busy timeout of {self.busy_timeout:g}s)"
+                )
+                raise LedgerLockedError(msg) from exc
+            msg = f"ledger {self.path} is unavailable: {text}"
+            raise LedgerUnavailableError(msg) from exc
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc):
+                msg = f"{self.path} is not a SQLite database"
+                raise LedgerSchemaError(msg) from exc
+            msg = f"ledger {self.path} failed: {exc}"
+            raise LedgerUnavailableError(msg) from exc
+        except sqlite3.Error as exc:
+            msg = f"ledger {self.path} failed: {exc}"
+            raise LedgerUnavailableError(msg) from exc
+
+    def _create_file(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            msg = f"cannot create ledger {self.path}: {exc.strerror}"
+            raise LedgerUnavailableError(msg) from exc
+        os.close(fd)
+
+    def _connect(self) -> _Connection:
+        with self._translate():
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=_Connection,
+            )
+        try:
+            with self._translate():
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                if not self._ready:
+                    self._prepare(conn)
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            self._connections.add(conn)
+        return conn
+
+    def _prepare(self, conn: _Connection) -> None:
+        """Check the file is a ledger this library can use, then migrate it forward."""
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if application_id != APPLICATION_ID:
+            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            if tables:
+                msg = f"{self.path} is a SQLite database but not an effectguard ledger"
+                raise LedgerSchemaError(msg)
+        elif version > SCHEMA_VERSION:
+            msg = (
+                f"ledger {self.path} has schema version {version}, newer than this "
+                f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
+            )
+            raise LedgerSchemaError(msg)
+        if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            self._ready = True
+            return
+        # The journal mode cannot change inside a transaction; WAL is persistent.
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have migrated while this one waited for the lock.
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            for number in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[number - 1].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._ready = True
+
+    def _open(self) -> _Connection:
+        if self._closed:
+            msg = f"ledger {self.path} is closed"
+            raise LedgerUnavailableError(msg)
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        pid = getattr(self._local, "pid", None)
+        if conn is None or pid != os.getpid():
+            # A connection inherited across fork() must never be used by the child.
+            if not self.path.exists():
+                self._create_file()
+            conn = self._connect()
+            self._local.conn = conn
+            self._local.pid = os.getpid()
+        return conn
+
+    def _read(self, work: Callable[[_Connection], T], missing: T) -> T:
+        if not self._ready and not self.path.exists():
+            return missing
+        conn = self._open()
+        with self._translate():
+            return work(conn)
+
+    def _write(self, work: Callable[[_Connection], T]) -> T:
+        conn = self._open()
+        with self._translate():
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                raise
+        return result
+
+    def _now_us(self, now: float | None) -> int:
+        return round((self._clock() if now is None else now) * 1_000_000)
+
+    # -- row mapping -----------------------------------------------------------------
+
+    def _record(self, row: Sequence[Any], now_us: int) -> OperationRecord:
+        owner = _loads(row[14])
+        expires = row[15]
+        return OperationRecord(
+            operation_id=row[0],
+            contract=row[1],
+            contract_version=row[2],
+            fingerprint=row[3],
+            provider_key=row[4],
+            status=EffectStatus(row[5]),
+            attempts=row[6],
+            attempt_budget=row[7],
+            arguments=json.loads(row[8]),
+            output_json=row[9],
+            provider_operation_id=row[10],
+            reason=row[11],
+            evidence=_loads(row[12]) or {},
+            lease_token=row[13],
+            lease_owner=None if owner is None else LeaseOwner.from_json(owner),
+            lease_expires_at=None if expires is None else from_micros(expires),
+            lease_live=row[13] is not None and expires is not None and expires > now_us,
+            overlap=tuple(OverlapHolder.from_json(item) for item in _loads(row[16]) or ()),
+            created_at=from_micros(row[17]),
+            updated_at=from_micros(row[18]),
+            first_dispatched_at=from_micros(row[19]),
+            event_count=row[20],
+            event_head=bytes(row[21]),
+        )
+
+    @staticmethod
+    def _event(row: Sequence[Any]) -> EffectEvent:
+        return EffectEvent(
+            operation_id=row[0],
+            seq=row[1],
+            type=EventType(row[2]),
+            from_status=None if row[3] is None else EffectStatus(row[3]),
+            to_status=EffectStatus(row[4]),
+            attempt=row[5],
+            at=from_micros(row[6]),
+            evidence=_loads(row[7]) or {},
+            hash=bytes(row[8]),
+        )
+
+    def _select(self, conn: _Connection, operation_id: str) -> Sequence[Any] | None:
+        row: Sequence[Any] | None = conn.execute(
+            f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,)
+        ).fetchone()
+        return row
+
+    @staticmethod
+    def _append_events(
+        conn: _Connection,
+        operation_id: str,
+        events: Sequence[EventDraft],
+        count: int,
+        head: bytes | None,
+        now_us: int,
+    ) -> tuple[int, bytes | None]:
+        rows = []
+        for draft in events:
+            count += 1
+            evidence = dict(draft.evidence)
+            document = chain_document(
+                operation_id,
+                count,
+                draft.type,
+                draft.from_status,
+                draft.to_status,
+                draft.attempt,
+                now_us,
+                evidence,
+            )
+            head = chain_hash(head, document)
+            rows.append(
+                (
+                    operation_id,
+                    count,
+                    draft.type.value,
+                    None if draft.from_status is None else draft.from_status.value,
+                    draft.to_status.value,
+                    draft.attempt,
+                    now_us,
+                    canonical_json(evidence) if evidence else None,
+                    head,
+                )
+            )
+        conn.executemany(f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
+        return count, head
+
+    # -- primitives ------------------------------------------------------------------
+
+    def claim(
+        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
+    ) -> tuple[OperationRecord, bool]:
+        """See :meth:`EffectLedger.claim`."""
+        now_us = self._now_us(now)
+        lease = operation.lease
+        arguments = canonical_json(operation.arguments)
+        owner = canonical_json(lease.owner.to_json())
+        expires = now_us + round(lease.seconds * 1_000_000)
+
+        def work(conn: _Connection) -> tuple[OperationRecord, bool]:
+            row = self._select(conn, operation.operation_id)
+            if row is not None:
+                return self._record(row, now_us), False
+            count, head = self._append_events(conn, operation.operation_id, events, 0, None, now_us)
+            values = (
+                operation.operation_id,
+                operation.contract,
+                operation.contract_version,
+                operation.fingerprint,
+                operation.provider_key,
+                EffectStatus.DISPATCHED.value,
+                1,
+                operation.attempt_budget,
+                arguments,
+                None,
+                None,
+                None,
+                None,
+                lease.token,
+                owner,
+                expires,
+                None,
+                now_us,
+                now_us,
+                now_us,
+                count,
+                head or b"",
+            )
+            conn.execute(
+                f"INSERT INTO operations ({_COLUMNS}) VALUES ({','.join('?' * len(values))})",
+                values,
+            )
+            return self._record(values, now_us), True
+
+        return self._write(work)
+
+    def transition(
+        self,
+        operation_id: str,
+        expect: Expect,
+        changes: Changes,
+        events: Sequence[EventDraft],
+        *,
+        now: float | None = None,
+    ) -> OperationRecord:
+        """See :meth:`EffectLedger.transition`."""
+        now_us = self._now_us(now)
+
+        def work(conn: _Connection) -> OperationRecord:
+            row = self._select(conn, operation_id)
+            if row is None:
+                raise OperationNotFoundError(operation_id)
+            current = self._record(row, now_us)
+            problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
+            if problem is not None:
+                msg = f"write to operation {operation_id!r} refused: {problem}"
+                raise FencedWriteError(msg)
+            values = dict(zip(_COLUMNS.replace(" ", "").split(","), row, strict=True))
+            values.update(_changed_columns(changes, now_us))
+            count, head = self._append_events(
+                conn, operation_id, events, current.event_count, current.event_head or None, now_us
+            )
+            values.update(updated_us=now_us, event_count=count, event_head=head or b"")
+            assignments = ", ".join(
+                f"{name} = :{name}" for name in values if name != "operation_id"
+            )
+            conn.execute(
+                f"UPDATE operations SET {assignments} WHERE operation_id = :operation_id", values
+            )
+            return self._record(tuple(values.values()), now_us)
+
+        return self._write(work)
+
+    def renew(
+        self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None
+    ) -> None:
+        """See :meth:`EffectLedger.renew`."""
+        expires = self._now_us(now) + round(seconds * 1_000_000)
+
+        def work(conn: _Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE operations SET lease_expires_us = ?"
+                " WHERE operation_id = ? AND lease_token = ?",
+                (expires, operation_id, lease_token),
+            )
+            if cursor.rowcount == 0:
+                msg = f"lease on operation {operation_id!r} is no longer held by this writer"
+                raise FencedWriteError(msg)
+
+        self._write(work)
+
+    def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
+        """See :meth:`EffectLedger.get`."""
+        now_us = self._now_us(now)
+
+        def work(conn: _Connection) -> OperationRecord | None:
+            row = self._select(conn, operation_id)
+            return None if row is None else self._record(row, now_us)
+
+        return self._read(work, None)
+
+    def list_operations(
+        self,
+        *,
+        status: EffectStatus | None = None,
+        contract: str | None = None,
+        limit: int = 100,
+    ) -> list[OperationRecord]:
+        """See :meth:`EffectLedger.list_operations`."""
+        if limit < 1:
+            msg = f"limit must be >= 1, not {limit}"
+            raise ValueError(msg)
+        clauses, params = [], []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(EffectStatus(status).value)
+        if contract is not None:
+            clauses.append("contract = ?")
+            params.append(contract)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        now_us = self._now_us(None)
+
+        def work(conn: _Connection) -> list[OperationRecord]:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM operations {where} ORDER BY updated_us DESC LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+            return [self._record(row, now_us) for row in rows]
+
+        return self._read(work, [])
+
+    def events(self, operation_id: str) -> list[EffectEvent]:
+        """See :meth:`EffectLedger.events`."""
+
+        def work(conn: _Connection) -> list[EffectEvent]:
+            rows = conn.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE operation_id = ? ORDER BY seq",
+                (operation_id,),
+            ).fetchall()
+            return [self._event(row) for row in rows]
+
+        return self._read(work, [])
+
+    def verify(self) -> VerifyReport:
+        """See :meth:`EffectLedger.verify`."""
+
+        def work(conn: _Connection) -> VerifyReport:
+            # One read transaction, so the chains are checked against one snapshot.
+            conn.execute("BEGIN")
+            try:
+                return self._verify(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        return self._read(work, VerifyReport(0, 0, ()))
+
+    def _verify(self, conn: _Connection) -> VerifyReport:
+        heads = conn.execute(
+            "SELECT operation_id, event_count, event_head FROM operations ORDER BY operation_id"
+        )
+        event_rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
+        problems = []
+        operations = events_checked = 0
+        pending = event_rows.fetchone()
+        for operation_id, count, head in heads:
+            operations += 1
+            chain = []
+            # Events of operations that have no row sort before this one: orphans.
+            while pending is not None and pending[0] < operation_id:
+                problems.extend(check_chain(pending[0], 0, b"", [self._event(pending)]))
+                pending = event_rows.fetchone()
+            while pending is not None and pending[0] == operation_id:
+                chain.append(self._event(pending))
+                pending = event_rows.fetchone()
+            events_checked += len(chain)
+            problems.extend(check_chain(operation_id, count, bytes(head), chain))
+        while pending is not None:
+            problems.extend(check_chain(pending[0], 0, b"", [self._event(pending)]))
+            pending = event_rows.fetchone()
+        return VerifyReport(operations, events_checked, tuple(problems))
+
+    # -- operator resolution -----------------------------------------------------------
+
+    def confirm(
+        self,
+        operation_id: str,
+        *,
+        output: Any,
+        provider_operation_id: str | None,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.confirm`."""
+        return resolution.confirm(
+            self,
+            operation_id,
+            output=output,
+            provider_operation_id=provider_operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+        )
+
+    def reject(
+        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.reject`."""
+        return resolution.reject(
+            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+        )
+
+    def authorize_retry(
+        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.authorize_retry`."""
+        return resolution.authorize_retry(
+            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+        )
+
+    def close(self) -> None:
+        """Close every connection this ledger opened, in any thread."""
+        self._closed = True
+        with self._lock:
+            connections = list(self._connections)
+            self._connections = weakref.WeakSet()
+        for conn in connections:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _changed_columns(changes: Changes, now_us: int) -> Mapping[str, Any]:
+    columns: dict[str, Any] = {"status": changes.status.value}
+    if changes.lease is not UNSET:
+        lease: Lease | None = changes.lease
+        if lease is None:
+            columns.update(lease_token=None, lease_owner=None, lease_expires_us=None)
+        else:
+            columns.update(
+                lease_token=lease.token,
+                lease_owner=canonical_json(lease.owner.to_json()),
+                lease_expires_us=now_us + round(lease.seconds * 1_000_000),
+            )
+    simple = {
+        "attempts": changes.attempts,
+        "attempt_budget": changes.attempt_budget,
+        "output": changes.output_json,
+        "provider_operation_id": changes.provider_operation_id,
+        "reason": changes.reason,
+    }
+    columns.update({name: value for name, value in simple.items() if value is not UNSET})
+    if changes.evidence is not UNSET:
+        columns["evidence"] = canonical_json(dict(changes.evidence)) if changes.evidence else None
+    if changes.overlap is not UNSET:
+        holders = [holder.to_json() for holder in changes.overlap]
+        columns["overlap"] = canonical_json(holders) if holders else None
+    return columns

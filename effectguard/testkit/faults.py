@@ -1,0 +1,88 @@
+"""Fault plans: which failure a fake provider injects into which attempt."""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Mapping, Sequence
+
+__all__ = ["Fault", "FaultPlan"]
+
+
+class Fault(enum.StrEnum):
+    """A failure at the provider boundary, as a client would experience it."""
+
+    NONE = "none"
+    """The request commits and is acknowledged."""
+
+    FAIL_BEFORE_COMMIT = "fail_before_commit"
+    """The request fails before the provider commits anything (the client sees an error)."""
+
+    LOSE_ACK = "lose_ack"
+    """The provider commits, then the acknowledgement is lost (the client sees a timeout)."""
+
+    LATE_COMMIT = "late_commit"
+    """The request is held until released (or ``late_commit_after`` passes), then commits."""
+
+    PENDING = "pending"
+    """The provider accepts the request but lookups report it pending for a while."""
+
+    CRASH_BEFORE_COMMIT = "crash_before_commit"
+    """The calling process is killed with SIGKILL before the provider commits."""
+
+    CRASH_AFTER_COMMIT = "crash_after_commit"
+    """The provider commits, then the calling process is killed with SIGKILL."""
+
+
+class FaultPlan:
+    """The fault each attempt of a request meets, by attempt number (1-based).
+
+    Attempts are counted per request identity at the provider (its idempotency
+    key, or its natural id when it has none). Unplanned attempts meet
+    :attr:`Fault.NONE`. ``pending_probes`` is how many lookups report a
+    PENDING request as pending before it commits.
+    """
+
+    def __init__(
+        self,
+        faults: Mapping[int, Fault] | Sequence[Fault] = (),
+        *,
+        pending_probes: int = 2,
+    ) -> None:
+        if isinstance(faults, Mapping):
+            planned = {int(attempt): Fault(fault) for attempt, fault in faults.items()}
+        else:
+            planned = {index: Fault(fault) for index, fault in enumerate(faults, start=1)}
+        if any(attempt < 1 for attempt in planned):
+            msg = "fault plan attempts are numbered from 1"
+            raise ValueError(msg)
+        if pending_probes < 0:
+            msg = "pending_probes must be >= 0"
+            raise ValueError(msg)
+        self._faults = planned
+        self.pending_probes = pending_probes
+
+    def fault_for(self, attempt: int) -> Fault:
+        """Return the fault planned for ``attempt``."""
+        return self._faults.get(attempt, Fault.NONE)
+
+    @classmethod
+    def random(
+        cls,
+        rng: random.Random,
+        *,
+        faults: Sequence[Fault] = tuple(Fault),
+        attempts: int = 3,
+        pending_probes: int = 2,
+    ) -> FaultPlan:
+        """Return a plan drawing each attempt's fault from ``faults`` with ``rng``."""
+        return cls(
+            {attempt: rng.choice(list(faults)) for attempt in range(1, attempts + 1)},
+            pending_probes=pending_probes,
+        )
+
+    def __repr__(self) -> str:
+        planned = ", ".join(
+            f"{attempt}: {fault.value}" for attempt, fault in sorted(self._faults.items())
+        )
+        return f"FaultPlan({{{planned}}}, pending_probes={self.pending_probes})"
