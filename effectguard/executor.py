@@ -619,7 +619,11 @@ class EffectExecutor:
             overlap = list(self._live_overlap(record))
             if outcome.still_running:
                 overlap.append(OverlapHolder(token, attempt, _process.current_owner()))
-            evidence = {"handler": outcome.describe(), "overlap_risk": bool(overlap)}
+            evidence = {
+                "handler": outcome.describe(),
+                "reason": reason,
+                "overlap_risk": bool(overlap),
+            }
             unknown = EffectStatus.OUTCOME_UNKNOWN
             if outcome.kind is Outcome.INTERRUPTED:
                 changes = Changes(

@@ -237,10 +237,13 @@ class SQLiteEffectLedger:
 
     def _prepare(self, conn: _Connection) -> None:
         """Check the file is a ledger this library can use, then migrate it forward."""
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        # One statement, one snapshot: another process may be creating this file right now.
+        application_id, version, tables = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()),"
+            " (SELECT user_version FROM pragma_user_version()),"
+            " (SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
         if application_id != APPLICATION_ID:
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
             if tables:
                 msg = f"{self.path} is a SQLite database but not an effectguard ledger"
                 raise LedgerSchemaError(msg)
@@ -250,13 +253,10 @@ class SQLiteEffectLedger:
                 f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
             )
             raise LedgerSchemaError(msg)
+        self._enable_wal(conn)
         if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
             self._ready = True
             return
-        # The journal mode cannot change inside a transaction; WAL is persistent.
-        conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Another process may have migrated while this one waited for the lock.
@@ -273,6 +273,24 @@ class SQLiteEffectLedger:
                 conn.execute("ROLLBACK")
             raise
         self._ready = True
+
+    def _enable_wal(self, conn: _Connection) -> None:
+        """Switch the file to WAL (a persistent setting), outside any transaction.
+
+        Changing the journal mode needs an exclusive lock and SQLite answers
+        "locked" at once, without its busy handler, while another process
+        creates the same file; so retry until the busy timeout.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                    return
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.005)
 
     def _open(self) -> _Connection:
         if self._closed:
