@@ -9,120 +9,35 @@ can do here a program can do too.
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import click
 
 import effectguard
-from effectguard import (
-    EffectGuardError,
-    EffectLedger,
-    EffectStatus,
-    InvalidRequestError,
-    OperationRecord,
-)
+from effectguard import EffectLedger, EffectStatus, OperationRecord
 from effectguard.cli import _ops_views as views
+from effectguard.cli._ops_click import (
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    OpsError,
+    OpsGroup,
+    OpsUsageError,
+    audit_options,
+    json_option,
+    non_empty,
+    parse_json,
+    parse_status,
+    refusals,
+)
 from effectguard.ledger import open_ledger
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
 
-#: The command did what was asked.
-EXIT_OK = 0
-#: The ledger refused the request, or lacks what it names (operation, file, intact chain).
-EXIT_REFUSED = 1
-#: The command line is wrong (unknown option or status, malformed JSON, missing audit field).
-EXIT_USAGE = 2
-
-_EXIT_CODES = """\b
-Exit codes:
-  0  done
-  1  refused or not found: unknown operation, illegal transition, live
-     lease, missing/foreign/newer/locked ledger, broken hash chain
-  2  usage error: bad option or status, malformed JSON, missing audit field"""
-
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-class OpsError(click.ClickException):
-    """The ledger refused the request or lacks what it names: exit 1, one line on stderr."""
-
-    exit_code = EXIT_REFUSED
-
-    def __init__(self, message: str) -> None:
-        super().__init__(_one_line(message))
-
-
-class OpsUsageError(click.ClickException):
-    """The command line is wrong: exit 2, one line on stderr (Click's usage text is left out)."""
-
-    exit_code = EXIT_USAGE
-
-    def __init__(self, message: str) -> None:
-        super().__init__(_one_line(message))
-
-
-@contextlib.contextmanager
-def _one_line_usage(ctx: click.Context) -> Iterator[None]:
-    try:
-        yield
-    except click.exceptions.NoArgsIsHelpError:
-        raise
-    except click.UsageError as exc:
-        message = exc.format_message().rstrip(".")
-        raise OpsUsageError(f"{message} (see '{ctx.command_path} --help')") from exc
-
-
-class _Command(click.Command):
-    """A command whose usage errors are one line, and whose help lists the exit codes."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("epilog", _EXIT_CODES)
-        super().__init__(*args, **kwargs)
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        with _one_line_usage(ctx):
-            return super().parse_args(ctx, args)
-
-
-class _Group(click.Group):
-    command_class = _Command
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        with _one_line_usage(ctx):
-            return super().parse_args(ctx, args)
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        with _one_line_usage(ctx):
-            return super().resolve_command(ctx, args)
-
-    def invoke(self, ctx: click.Context) -> Any:
-        # "Missing command" is raised here, not while parsing.
-        with _one_line_usage(ctx):
-            return super().invoke(ctx)
-
-
-@contextlib.contextmanager
-def _refusals() -> Iterator[None]:
-    """Turn the library's errors into one-line CLI errors with the documented exit codes."""
-    try:
-        yield
-    except InvalidRequestError as exc:
-        raise OpsUsageError(str(exc)) from exc
-    except EffectGuardError as exc:
-        raise OpsError(str(exc)) from exc
 
 
 @dataclass
@@ -145,7 +60,7 @@ class _Session:
             # A missing file is an error for every command: none of them can succeed on an
             # empty ledger, and a read must never leave a new file behind.
             options = {"create": False, "busy_timeout": self.busy_timeout}
-        with _refusals():
+        with refusals():
             ledger = open_ledger(self.target, **options)
         ctx.call_on_close(ledger.close)
         self.ledger = ledger
@@ -154,63 +69,15 @@ class _Session:
 
 def _ledger() -> EffectLedger:
     ctx = click.get_current_context()
-    return ctx.find_object(_Session).open(ctx)  # type: ignore[union-attr]
-
-
-def _parse_status(
-    ctx: click.Context,  # noqa: ARG001
-    param: click.Parameter,  # noqa: ARG001
-    value: str | None,
-) -> EffectStatus | None:
-    # A callback rather than a ParamType subclass: ParamType is generic only in newer Click.
-    if value is None:
-        return None
-    try:
-        return EffectStatus.parse(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-
-
-def _parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  # noqa: ARG001
-    def refuse(constant: str) -> NoReturn:
-        msg = f"{constant} is not a JSON number"
-        raise ValueError(msg)
-
-    try:
-        return json.loads(value, parse_constant=refuse)
-    except ValueError as exc:
-        msg = f"not valid JSON: {exc}"
-        raise click.BadParameter(msg) from exc
-
-
-def _non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001
-    if not value.strip():
-        msg = "must not be empty"
-        raise click.BadParameter(msg)
-    return value
-
-
-def _audit_options(command: F) -> F:
-    """Add the three audit options every operator write requires."""
-    for name, metavar, text in reversed(
-        (
-            ("--actor", "WHO", "Who is resolving this (your name or on-call handle)."),
-            ("--reason", "WHY", "Why, in a sentence a later reader understands."),
-            ("--evidence-reference", "REF", "Where the evidence is: ticket, link, case id."),
-        )
-    ):
-        command = click.option(
-            name, required=True, metavar=metavar, callback=_non_empty, help=text
-        )(command)
-    return command
-
-
-def _json_option(command: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(command)
+    session = ctx.find_object(_Session)
+    if session is None:  # pragma: no cover - main() always installs one
+        msg = "agent-effect-ops commands run only under the agent-effect-ops group"
+        raise RuntimeError(msg)
+    return session.open(ctx)
 
 
 def _operation(ledger: EffectLedger, operation_id: str) -> OperationRecord:
-    with _refusals():
+    with refusals():
         record = ledger.get(operation_id)
     if record is None:
         msg = f"no operation {operation_id!r} in the ledger"
@@ -223,8 +90,8 @@ def _now() -> datetime:
 
 
 @click.group(
-    cls=_Group,
-    epilog=_EXIT_CODES,
+    cls=OpsGroup,
+    epilog=EXIT_CODES_HELP,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.option(
@@ -260,18 +127,18 @@ def main(ctx: click.Context, target: str | None, busy_timeout: float) -> None:
 @click.option(
     "--status",
     metavar="STATUS",
-    callback=_parse_status,
+    callback=parse_status,
     help="Only this status, in any case (quarantined, outcome-unknown…).",
 )
 @click.option("--contract", metavar="NAME", help="Only operations of this contract.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, metavar="N")
-@_json_option
+@json_option
 def list_command(
     status: EffectStatus | None, contract: str | None, limit: int, as_json: bool
 ) -> None:
     """List operations, most recently changed first."""
     ledger = _ledger()
-    with _refusals():
+    with refusals():
         records = ledger.list_operations(status=status, contract=contract, limit=limit)
     if as_json:
         click.echo(views.to_json([views.record_json(record) for record in records]))
@@ -283,7 +150,7 @@ def list_command(
 
 @main.command(short_help="Show everything recorded about OP.")
 @click.argument("operation_id", metavar="OP")
-@_json_option
+@json_option
 def show(operation_id: str, as_json: bool) -> None:
     """Show everything recorded about operation OP."""
     record = _operation(_ledger(), operation_id)
@@ -295,12 +162,12 @@ def show(operation_id: str, as_json: bool) -> None:
 
 @main.command(short_help="Show the history of OP, oldest first.")
 @click.argument("operation_id", metavar="OP")
-@_json_option
+@json_option
 def events(operation_id: str, as_json: bool) -> None:
     """Show the history of operation OP, oldest first."""
     ledger = _ledger()
     _operation(ledger, operation_id)
-    with _refusals():
+    with refusals():
         history = ledger.events(operation_id)
     if as_json:
         click.echo(views.to_json([views.event_json(event) for event in history]))
@@ -310,7 +177,7 @@ def events(operation_id: str, as_json: bool) -> None:
 
 def _report(ledger: EffectLedger, record: OperationRecord, verb: str) -> None:
     """Print one line saying what the resolution recorded, from its own event."""
-    with _refusals():
+    with refusals():
         event = ledger.events(record.operation_id)[-1]
     recorder = f"{event.evidence.get('os_user')} on {event.evidence.get('host')}"
     click.echo(
@@ -326,17 +193,17 @@ def _report(ledger: EffectLedger, record: OperationRecord, verb: str) -> None:
     "output",
     required=True,
     metavar="JSON",
-    callback=_parse_json,
+    callback=parse_json,
     help="The output every later call replays, in the form the contract stores it.",
 )
 @click.option(
     "--provider-operation-id",
     required=True,
     metavar="ID",
-    callback=_non_empty,
+    callback=non_empty,
     help="The provider's own id for the effect (a charge id, a message id).",
 )
-@_audit_options
+@audit_options
 def confirm(
     operation_id: str,
     output: Any,
@@ -347,7 +214,7 @@ def confirm(
 ) -> None:
     """Record that operation OP took effect; later calls replay the given output."""
     ledger = _ledger()
-    with _refusals():
+    with refusals():
         record = ledger.confirm(
             operation_id,
             output=output,
@@ -361,11 +228,11 @@ def confirm(
 
 @main.command(short_help="Record that OP did not and will not take effect.")
 @click.argument("operation_id", metavar="OP")
-@_audit_options
+@audit_options
 def reject(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
     """Record that operation OP did not take effect and never will; it is never sent again."""
     ledger = _ledger()
-    with _refusals():
+    with refusals():
         record = ledger.reject(
             operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
         )
@@ -374,7 +241,7 @@ def reject(operation_id: str, actor: str, reason: str, evidence_reference: str) 
 
 @main.command("authorize-retry", short_help="Allow OP one more dispatch, same provider key.")
 @click.argument("operation_id", metavar="OP")
-@_audit_options
+@audit_options
 def authorize_retry(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
     """Allow operation OP exactly one more dispatch, with the same provider key.
 
@@ -383,7 +250,7 @@ def authorize_retry(operation_id: str, actor: str, reason: str, evidence_referen
     no earlier attempt can still take effect, so it clears any overlap risk.
     """
     ledger = _ledger()
-    with _refusals():
+    with refusals():
         record = ledger.authorize_retry(
             operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
         )
@@ -391,11 +258,11 @@ def authorize_retry(operation_id: str, actor: str, reason: str, evidence_referen
 
 
 @main.command(short_help="Check every hash chain; exit 1 naming any break.")
-@_json_option
+@json_option
 def verify(as_json: bool) -> None:
     """Check every operation's hash-chained history; exit 1 naming any break."""
     ledger = _ledger()
-    with _refusals():
+    with refusals():
         report = ledger.verify()
     if as_json:
         click.echo(views.to_json(views.report_json(report)))
