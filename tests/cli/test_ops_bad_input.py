@@ -200,13 +200,14 @@ def test_missing_database_is_never_created(tmp_path: Path, command: str) -> None
     [
         (b"these are not the bytes of a database\n" * 200, "is not a SQLite database"),
         (None, "is a SQLite database but not an effectguard ledger"),
+        (b"", "is empty, not a ledger (reads never create one)"),
     ],
-    ids=["text", "foreign-sqlite"],
+    ids=["text", "foreign-sqlite", "empty"],
 )
 def test_a_file_that_is_not_a_ledger_is_refused(
     tmp_path: Path, command: str, content: bytes | None, problem: str
 ) -> None:
-    """A file that is not a ledger is named and left byte-for-byte as it was, exit 1."""
+    """A file that is not a ledger (even an empty one) is named and left as it was, exit 1."""
     path = tmp_path / "other.db"
     if content is None:
         with sqlite3.connect(path) as conn:
@@ -219,6 +220,7 @@ def test_a_file_that_is_not_a_ledger_is_refused(
     error = Run(str(path))(*COMMANDS[command], code=1).stderr
     assert f"{path} {problem}" in error
     assert file_state(path) == before
+    assert sorted(tmp_path.iterdir()) == [path]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
