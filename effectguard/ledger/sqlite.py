@@ -134,8 +134,9 @@ class SQLiteEffectLedger:
     """An :class:`~effectguard.ledger.base.EffectLedger` in one SQLite file.
 
     The file is created with mode 0600 on the first write, never by a read;
-    with ``create=False`` a missing file is a :class:`LedgerNotFoundError` at
-    once. A file of an older schema is migrated forward; a newer one, or a file
+    with ``create=False`` a missing file, or an empty one that is not yet a
+    ledger, is a :class:`LedgerNotFoundError` at once and is left as it is.
+    A file of an older schema is migrated forward; a newer one, or a file
     that is not a ledger, is refused with :class:`LedgerSchemaError` and left as it was.
     ``synchronous="NORMAL"`` is faster but survives only a process crash, not a
     power loss: a claim lost after a real dispatch is a silent duplicate.
@@ -168,6 +169,7 @@ class SQLiteEffectLedger:
         self._lock = threading.Lock()
         self._closed = False
         self._ready = False
+        self._create = create
         if self.path.exists():
             self._open()
         elif not create:
@@ -247,6 +249,11 @@ class SQLiteEffectLedger:
             if tables:
                 msg = f"{self.path} is a SQLite database but not an effectguard ledger"
                 raise LedgerSchemaError(msg)
+            if not self._create:
+                # An empty file (``touch``, an interrupted creation) would otherwise become a
+                # ledger on the first read.
+                msg = f"{self.path} is empty, not a ledger (reads never create one)"
+                raise LedgerNotFoundError(msg)
         elif version > SCHEMA_VERSION:
             msg = (
                 f"ledger {self.path} has schema version {version}, newer than this "
