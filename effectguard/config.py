@@ -25,6 +25,7 @@ __all__ = ["Configuration", "configure", "default_executor", "resolve_executor",
 
 _lock = threading.Lock()
 _default: EffectExecutor | None = None
+_stack: list[Configuration] = []
 _lent: contextvars.ContextVar[EffectExecutor | None] = contextvars.ContextVar(
     "effectguard_lent_executor", default=None
 )
@@ -51,34 +52,29 @@ def use_executor(executor: EffectExecutor) -> Iterator[EffectExecutor]:
 class Configuration:
     """A process default that :func:`configure` installed; undo it with :meth:`restore`.
 
-    As a context manager it restores the previous default on exit, so a test
-    or a script can use a ledger for a block and leave no trace.
+    As a context manager it restores on exit, so a test or a script can use a
+    ledger for a block and leave no trace. Configurations stack: restoring one
+    makes the most recent one still in place the default again, in any order.
     """
 
-    def __init__(
-        self, executor: EffectExecutor, previous: EffectExecutor | None, *, owns_ledger: bool
-    ) -> None:
+    def __init__(self, executor: EffectExecutor, *, owns_ledger: bool) -> None:
         self.executor = executor
-        self._previous = previous
         self._owns_ledger = owns_ledger
-        self._restored = False
 
     def __repr__(self) -> str:
         return f"Configuration({self.executor!r})"
 
     def restore(self) -> None:
-        """Put the previous default back, and close the ledger :func:`configure` opened.
+        """Withdraw this default, and close the ledger :func:`configure` opened for it.
 
-        The previous default comes back only while this one is still current;
-        restoring twice does nothing more.
+        Restoring twice does nothing more.
         """
         global _default  # noqa: PLW0603 - the process default is process-wide by definition
         with _lock:
-            if self._restored:
+            if self not in _stack:
                 return
-            self._restored = True
-            if _default is self.executor:
-                _default = self._previous
+            _stack.remove(self)
+            _default = _stack[-1].executor if _stack else None
         if self._owns_ledger:
             self.executor.ledger.close()
 
@@ -108,7 +104,7 @@ def configure(
     :class:`Configuration` restores the previous default when used as a
     context manager or when :meth:`Configuration.restore` is called.
     """
-    global _default
+    global _default  # noqa: PLW0603 - the process default is process-wide by definition
     if (ledger is None) == (executor is None):
         msg = (
             "configure() takes either ledger= (a path, a postgresql:// URL or a ledger) "
@@ -127,9 +123,11 @@ def configure(
         assert ledger is not None  # noqa: S101 - exactly one of the two is set
         owns_ledger = not isinstance(ledger, EffectLedger)
         executor = EffectExecutor(open_ledger(ledger), clock=clock)
+    configuration = Configuration(executor, owns_ledger=owns_ledger)
     with _lock:
-        previous, _default = _default, executor
-    return Configuration(executor, previous, owns_ledger=owns_ledger)
+        _stack.append(configuration)
+        _default = executor
+    return configuration
 
 
 def default_executor() -> EffectExecutor | None:
