@@ -186,6 +186,7 @@ def test_uncertain_outcome_without_evidence_is_quarantined(executor):
     assert info.value.result.operation_id == "invoice:INV-2:capture"
     with pytest.raises(EffectQuarantined):
         capture("INV-2", 200)
+    assert capture.execute("INV-2", 200).status is EffectStatus.QUARANTINED  # returned, not raised
     assert provider.committed() == 1
 
 
@@ -428,3 +429,95 @@ def test_get_contract_finds_functions_methods_and_descriptors():
     for obj in (billing.find_capture, len, 3, None, Billing):
         assert not is_effect(obj)
         assert get_contract(obj) is None
+
+
+def test_options_reach_the_contract():
+    """Each @effect option lands in the contract, timedeltas as seconds."""
+    from datetime import timedelta  # noqa: PLC0415 - used by this test only
+
+    def find(invoice_id: str, **_: Any) -> OutcomeProbeResult:
+        return OutcomeProbeResult.unknown()
+
+    @effect(
+        operation_id="invoice:{invoice_id}",
+        idempotency_key="key:{invoice_id}",
+        idempotency_guaranteed=True,
+        probe=find,
+        postcondition=bool,
+        unknown_outcome=UnknownOutcomePolicy.KEEP_UNKNOWN,
+        timeout=timedelta(seconds=2),
+        lease=timedelta(minutes=1),
+        max_attempts=5,
+        redact=["card"],
+        provider_key_retention=timedelta(hours=24),
+    )
+    def capture(invoice_id: str, card: str, *, idempotency_key: str = INJECTED) -> dict:
+        return {}
+
+    contract = capture.contract
+    assert contract.operation_id({"invoice_id": "I-1", "card": "x"}) == "invoice:I-1"
+    assert contract.provider_idempotency_key({"invoice_id": "I-1"}) == "key:I-1"
+    assert contract.provider_idempotency_guaranteed
+    assert contract.postcondition is bool
+    assert contract.unknown_outcome is UnknownOutcomePolicy.KEEP_UNKNOWN
+    assert (contract.handler_timeout, contract.lease_seconds) == (2.0, 60.0)
+    assert contract.max_attempts == 5
+    assert contract.redact == frozenset({"card"})
+    assert contract.provider_key_retention_seconds == 86400.0
+    assert contract.codec is None
+
+
+def test_postcondition_and_provider_operation_id(executor, provider):
+    """provider_operation_id may name an output field; a failing postcondition never confirms."""
+    capture = capture_tool(
+        executor,
+        provider,
+        provider_operation_id="id",
+        postcondition=lambda out: out["amount_cents"] > 0,
+    )
+    result = capture.execute("INV-20", 100)
+    assert result.provider_operation_id == result.output["id"]
+    with pytest.raises(EffectNotConfirmed):
+        capture("INV-21", -5)
+    assert provider.committed() == 2
+    assert capture.execute("INV-21", -5).status is not EffectStatus.CONFIRMED
+
+
+class Registry:
+    """Tools whose probes are a staticmethod and a classmethod of their class."""
+
+    committed: list[str] = []  # noqa: RUF012 - shared on purpose, like a provider's state
+
+    @staticmethod
+    def lookup(name: str) -> OutcomeProbeResult:
+        """Find a registration by name."""
+        if name in Registry.committed:
+            return OutcomeProbeResult.committed({"name": name})
+        return OutcomeProbeResult.not_committed()
+
+    @classmethod
+    def lookup_class(cls, name: str) -> OutcomeProbeResult:
+        """Find a registration by name, through the class."""
+        return cls.lookup(name)
+
+    @effect(operation_id="register:{name}", probe=lookup)
+    def register(self, name: str) -> dict:
+        """Register, losing the acknowledgement of the first try."""
+        Registry.committed.append(name)
+        raise TimeoutError
+
+    @effect(operation_id="enrol:{name}", probe=lookup_class)
+    @classmethod
+    def enrol(cls, name: str) -> dict:
+        """Enrol, losing the acknowledgement of the first try."""
+        Registry.committed.append(name)
+        raise TimeoutError
+
+
+def test_staticmethod_and_classmethod_probes(executor):
+    """A staticmethod probe is called plainly and a classmethod probe on the tool's class."""
+    Registry.committed.clear()
+    with use_executor(executor):
+        assert Registry().register("a") == {"name": "a"}
+        assert Registry.enrol("b") == {"name": "b"}
+    assert Registry.committed == ["a", "b"]

@@ -216,3 +216,36 @@ def test_lent_executor_reaches_gathered_tasks(ledger, clock):
 
     assert asyncio.run(main()) == [0, 1, 2]
     assert {r.operation_id for r in ledger.list_operations()} == {"job:0", "job:1", "job:2"}
+
+
+class Mailer:
+    """A client whose async method is a guarded tool with an async probe method."""
+
+    def __init__(self, provider: FakePaymentProvider) -> None:
+        self.provider = provider
+        self.probes: list[Mailer] = []
+
+    async def find(self, invoice_id: str) -> OutcomeProbeResult:
+        """Look the capture up at this client's provider."""
+        self.probes.append(self)
+        return self.provider.probe({"invoice_id": invoice_id}, idempotency_key=None)
+
+    @effect(operation_id="invoice:{invoice_id}:capture", probe=find)
+    async def capture(self, invoice_id: str) -> Any:
+        """Capture through this client's provider."""
+        await asyncio.sleep(0)
+        return self.provider.capture(invoice_id, 100)
+
+
+def test_async_method_probes_on_its_own_instance(executor):
+    """An async method's async probe method runs on the same instance after a lost ack."""
+    provider = FakePaymentProvider(idempotency_guaranteed=False, faults=FaultPlan([Fault.LOSE_ACK]))
+    mailer = Mailer(provider)
+
+    async def main() -> Any:
+        with use_executor(executor):
+            return await mailer.capture("INV-13")
+
+    assert asyncio.run(main())["invoice_id"] == "INV-13"
+    assert mailer.probes == [mailer]
+    assert provider.committed() == 1
