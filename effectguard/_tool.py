@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection
 from datetime import timedelta
 from typing import Any
 
-from effectguard._binding import ProbeShape, ToolShape, unwrap_descriptor
+from effectguard._binding import KEY_PARAMETER, ProbeShape, ToolShape, unwrap_descriptor
 from effectguard._templates import compile_identity
 from effectguard.codec import codec_for
 from effectguard.config import resolve_executor
@@ -82,6 +82,60 @@ def _return_annotation(func: Any) -> Any:
         return None
 
 
+def _codec(given: OutputCodec[Any] | type | None, func: Any, tool: str) -> OutputCodec[Any] | None:
+    """Return the codec ``given`` (a codec or a type) names, else the one the annotation implies."""
+    if given is None:
+        return codec_for(_return_annotation(func))
+    if not isinstance(given, type):
+        return given
+    codec = codec_for(given)
+    if codec is None:
+        msg = f"{tool}: codec={given!r} is not a dataclass or a pydantic model"
+        raise ConfigurationError(msg)
+    return codec
+
+
+def _policy(value: UnknownOutcomePolicy | str, tool: str) -> UnknownOutcomePolicy:
+    try:
+        return UnknownOutcomePolicy(str(value).upper().replace("-", "_"))
+    except ValueError:
+        choices = ", ".join(policy.value for policy in UnknownOutcomePolicy)
+        msg = f"{tool}: unknown_outcome={value!r}; expected one of {choices}"
+        raise ConfigurationError(msg) from None
+
+
+def _provider_key(
+    options: Options,
+    shape: ToolShape,
+    operation_id: Callable[[Arguments], str],
+    redact: frozenset[str],
+) -> Callable[[Arguments], str] | None:
+    """Return how the provider key is computed; None when the tool takes no key."""
+    tool = shape.tool
+    if options.idempotency_key is None:
+        if options.idempotency_guaranteed and not shape.takes_key:
+            msg = (
+                f"{tool}: idempotency_guaranteed=True needs {tool}() to take an "
+                f"{KEY_PARAMETER} parameter: a provider can only deduplicate a key it is sent"
+            )
+            raise ConfigurationError(msg)
+        # The operation id is stable across attempts, as a provider key must be.
+        return operation_id if shape.takes_key else None
+    if not shape.takes_key:
+        msg = (
+            f"{tool}: idempotency_key= is given but {tool}() has no {KEY_PARAMETER} "
+            "parameter, so the key would never reach the provider"
+        )
+        raise ConfigurationError(msg)
+    return compile_identity(
+        options.idempotency_key,
+        what="idempotency_key",
+        tool=tool,
+        parameters=shape.argument_names(),
+        redacted=redact,
+    )
+
+
 class Tool:
     """One decorated tool: its contract, its shape, and how each call is run."""
 
@@ -112,49 +166,15 @@ class Tool:
         operation_id = compile_identity(
             options.operation_id, what="operation_id", tool=tool, parameters=names, redacted=redact
         )
-        key: Callable[[Arguments], str] | None = None
-        if options.idempotency_key is not None:
-            if not shape.takes_key:
-                msg = (
-                    f"{tool}: idempotency_key= is given but {tool}() has no idempotency_key "
-                    "parameter, so the key would never reach the provider"
-                )
-                raise ConfigurationError(msg)
-            key = compile_identity(
-                options.idempotency_key,
-                what="idempotency_key",
-                tool=tool,
-                parameters=names,
-                redacted=redact,
-            )
-        elif shape.takes_key:
-            key = operation_id  # stable across attempts, as a provider key must be
-        if options.idempotency_guaranteed and key is None:
-            msg = (
-                f"{tool}: idempotency_guaranteed=True needs {tool}() to take an "
-                "idempotency_key parameter: a provider can only deduplicate a key it is sent"
-            )
-            raise ConfigurationError(msg)
+        key = _provider_key(options, shape, operation_id, redact)
         self.probe = None if options.probe is None else ProbeShape(options.probe, shape)
-        codec = options.codec
-        if isinstance(codec, type):
-            codec = codec_for(codec)
-            if codec is None:
-                msg = f"{tool}: codec={options.codec!r} is not a dataclass or a pydantic model"
-                raise ConfigurationError(msg)
-        elif codec is None:
-            codec = codec_for(_return_annotation(raw))
         provider_operation_id = options.provider_operation_id
         if isinstance(provider_operation_id, str):
             provider_operation_id = _field(provider_operation_id)
-        try:
-            unknown_outcome = UnknownOutcomePolicy(
-                str(options.unknown_outcome).upper().replace("-", "_")
-            )
-        except ValueError:
-            choices = ", ".join(p.value for p in UnknownOutcomePolicy)
-            msg = f"{tool}: unknown_outcome={options.unknown_outcome!r}; expected one of {choices}"
-            raise ConfigurationError(msg) from None
+        lease = _seconds(options.lease, "lease")
+        if lease is None:
+            msg = f"{tool}: lease must be seconds > 0 or a timedelta, not None"
+            raise ConfigurationError(msg)
         self.contract = EffectContract(
             name=options.name or f"{getattr(raw, '__module__', None) or '__main__'}.{tool}",
             version=options.version,
@@ -164,15 +184,15 @@ class Tool:
             outcome_probe=self._probe_adapter(None),
             postcondition=options.postcondition,
             provider_operation_id=provider_operation_id,
-            unknown_outcome=unknown_outcome,
+            unknown_outcome=_policy(options.unknown_outcome, tool),
             handler_timeout=_seconds(options.timeout, "timeout"),
-            lease_seconds=_seconds(options.lease, "lease") or 0.0,
+            lease_seconds=lease,
             max_attempts=options.max_attempts,
             provider_key_retention_seconds=_seconds(
                 options.provider_key_retention, "provider_key_retention"
             ),
             redact=redact,
-            codec=codec,
+            codec=_codec(options.codec, raw, tool),
         )
 
     def _probe_adapter(self, instance: object | None) -> Callable[..., Any] | None:
@@ -185,7 +205,7 @@ class Tool:
         def call(arguments: Arguments, key: str | None) -> Any:
             args, kwargs = shape.probe_call(instance, arguments)
             if probe.takes_key:
-                kwargs["idempotency_key"] = key
+                kwargs[KEY_PARAMETER] = key
             return target(*args, **kwargs)
 
         if probe.is_async:

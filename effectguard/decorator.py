@@ -6,14 +6,18 @@
             idempotency_key="capture:{invoice_id}",
             idempotency_guaranteed=True,
             probe=find_capture)
-    def capture_payment(invoice_id: str, amount_cents: int, *, idempotency_key: str) -> dict:
+    def capture_payment(
+        invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
+    ) -> dict:
         ...
 
 The decorated function keeps its signature, name, docstring and
 ``__wrapped__`` (it is a ``wrapt`` function wrapper), and works as a method,
 staticmethod, classmethod or ``async def``. Calling it returns the output once
 the effect is CONFIRMED, fresh or replayed, and raises otherwise; its
-``execute`` returns the :class:`EffectResult` instead.
+``execute`` returns the :class:`EffectResult` instead. The ``INJECTED``
+default only tells a type checker that callers do not pass the key; the
+executor always does.
 
 Each call finds its executor in this order: ``@effect(executor=...)``; the
 executor an agent runtime lends with :func:`use_executor` (a context
@@ -64,8 +68,6 @@ class _Injected:
 #: need not (and must not) pass one.
 INJECTED: Any = _Injected()
 
-# execute() reaches the wrapper through wrapt's own binding, marked by this keyword.
-_AS_RESULT = "__effectguard_as_result__"
 _MAX_UNWRAP = 32
 
 
@@ -74,7 +76,11 @@ class EffectFunction(Protocol[P, R]):
 
     @property
     def contract(self) -> EffectContract:
-        """The contract every call of this tool runs under."""
+        """The contract every call of this tool runs under.
+
+        A probe written as a method is bound to each call's instance, so this
+        contract's own ``outcome_probe`` is only right for calls without one.
+        """
         ...
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -127,25 +133,25 @@ class _BoundEffectWrapper(wrapt.BoundFunctionWrapper[..., Any]):
     @property
     def contract(self) -> EffectContract:
         # wrapt keeps a wrapper's own state in _self_* attributes; others reach the wrapped.
-        effect: Tool = self._self_parent._self_effect  # noqa: SLF001
-        return effect.contract
+        tool: Tool = self._self_parent._self_tool  # noqa: SLF001
+        return tool.contract
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self(*args, **kwargs, **{AS_RESULT: True})
 
 
-class ToolWrapper(wrapt.FunctionWrapper[..., Any]):
+class _EffectWrapper(wrapt.FunctionWrapper[..., Any]):
     """A decorated tool; binding it (as a method) gives a :class:`_BoundEffectWrapper`."""
 
     __bound_function_wrapper__ = _BoundEffectWrapper
 
-    def __init__(self, wrapped: Any, effect: Tool) -> None:
-        super().__init__(wrapped, effect)
-        self._self_effect = effect
+    def __init__(self, wrapped: Any, tool: Tool) -> None:
+        super().__init__(wrapped, tool)
+        self._self_tool = tool
 
     @property
     def contract(self) -> EffectContract:
-        return self._self_effect.contract
+        return self._self_tool.contract
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self(*args, **kwargs, **{AS_RESULT: True})
@@ -165,7 +171,7 @@ class EffectDecorator:
     def __call__(self, func: Callable[P, R], /) -> EffectFunction[P, R]: ...
     def __call__(self, func: Any, /) -> Any:
         """Return ``func`` guarded by its own contract."""
-        return ToolWrapper(func, Tool(func, self._options))
+        return _EffectWrapper(func, Tool(func, self._options))
 
 
 def effect(
@@ -234,11 +240,11 @@ def effect(
 def _find(obj: object) -> Tool | None:
     for _ in range(_MAX_UNWRAP):
         kind = type(obj)  # not obj.__class__, which a wrapt proxy reports as the wrapped one's
-        if issubclass(kind, ToolWrapper):
-            found: Tool = obj._self_effect  # type: ignore[attr-defined]  # noqa: SLF001
+        if issubclass(kind, _EffectWrapper):
+            found: Tool = obj._self_tool  # type: ignore[attr-defined]  # noqa: SLF001
             return found
         if issubclass(kind, _BoundEffectWrapper):
-            bound: Tool = obj._self_parent._self_effect  # type: ignore[attr-defined]  # noqa: SLF001
+            bound: Tool = obj._self_parent._self_tool  # type: ignore[attr-defined]  # noqa: SLF001
             return bound
         if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
             obj = obj.__func__
