@@ -1,6 +1,7 @@
 """Fault injection for effectguard: fake providers that count what they commit, and fault plans."""
 
 from effectguard.testkit.faults import Fault, FaultPlan
+from effectguard.testkit.payment_server import FakePaymentServer, ReceivedRequest, ServerFault
 from effectguard.testkit.providers import (
     FakePaymentProvider,
     Lookup,
@@ -13,6 +14,7 @@ from effectguard.testkit.providers import (
 
 __all__ = [
     "FakePaymentProvider",
+    "FakePaymentServer",
     "Fault",
     "FaultPlan",
     "Lookup",
@@ -21,4 +23,6 @@ __all__ = [
     "ProviderKeyMismatch",
     "ProviderTimeout",
     "ProviderUnavailable",
+    "ReceivedRequest",
+    "ServerFault",
 ]
