@@ -72,8 +72,8 @@ class Mailer:
         timeout: float = 30.0,
         find_sent: FindSent | None = None,
     ) -> None:
-        self.domain = parseaddr(sender)[1].rpartition("@")[2]
-        if not self.domain:
+        _, at, self.domain = parseaddr(sender)[1].rpartition("@")
+        if not at or not self.domain:
             msg = f"sender must be an email address, not {sender!r}"
             raise ValueError(msg)
         self.host, self.port, self.sender = host, port, sender

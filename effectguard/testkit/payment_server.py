@@ -175,7 +175,10 @@ class FakePaymentServer:
             raise RuntimeError(msg)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="fake-payment-server", daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},  # how soon stop() is noticed
+            name="fake-payment-server",
+            daemon=True,
         )
         self._thread.start()
         return self

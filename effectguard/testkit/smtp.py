@@ -111,7 +111,7 @@ class FakeSMTPServer:
     Use it as a context manager, or :meth:`start` and :meth:`stop` it; ``host``
     and ``port`` say where it listens. ``tls_context`` (a server-side
     :class:`ssl.SSLContext`) offers STARTTLS and then requires it;
-    ``credentials`` (user name to password) then requires AUTH.
+    ``credentials`` (user name to password) requires AUTH, after STARTTLS if offered.
     """
 
     def __init__(
@@ -144,7 +144,11 @@ class FakeSMTPServer:
         if self._tls_context is not None:
             smtp.update(tls_context=self._tls_context, require_starttls=True)
         if self._credentials:
-            smtp.update(authenticator=self._authenticate, auth_required=True)
+            smtp.update(
+                authenticator=self._authenticate,
+                auth_required=True,
+                auth_require_tls=self._tls_context is not None,
+            )
         controller = _Controller(_Handler(self), sock, **smtp)
         controller.start()
         self._controller, self.port = controller, sock.getsockname()[1]
@@ -211,4 +215,4 @@ class FakeSMTPServer:
             isinstance(data, LoginPassword)
             and self._credentials.get(data.login.decode()) == data.password.decode()
         )
-        return AuthResult(success=ok)
+        return AuthResult(success=ok, handled=False)  # aiosmtpd then answers 235 or 535
