@@ -12,7 +12,9 @@
 #     Message-ID, returning the recipients it accepted the message for, or None;
 #   - the operation id: unique across everything that sends from your domain, since the
 #     Message-ID is derived from it (prefix it with your application's name if need be);
-#   - effectguard.configure(ledger=...) once at start-up (a SQLite path, or a postgresql:// URL).
+#   - effectguard.configure(ledger=...) once at start-up (a SQLite path, or a postgresql:// URL);
+#   - if your sent log lags, unknown_outcome="KEEP_UNKNOWN": a later call then searches again
+#     instead of waiting for an operator (it still never resends).
 #
 # Verify in your provider's documentation:
 #   - that it keeps the Message-ID you set (some replace it with their own: then search by the
@@ -25,9 +27,9 @@
 ``python recipes/email_smtp.py`` sends to a local :class:`FakeSMTPServer` (it
 needs ``aiosmtpd``), which accepts the message and then closes the connection
 before its ``250`` reply. effectguard finds the message in the sent log by its
-Message-ID and confirms it. Sent again with no sent log to search, a second
-message is quarantined and not resent. The script exits 0 only if the server
-received exactly one copy of each.
+Message-ID and confirms it. A second receipt, with no sent log to search, is
+quarantined and not resent. The script exits 0 only if the server received
+exactly one copy of each.
 """
 
 from __future__ import annotations

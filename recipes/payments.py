@@ -10,7 +10,7 @@
 # Verify in your provider's documentation before you keep idempotency_guaranteed=True:
 #   - a request resent with the same idempotency key never executes twice and returns the first
 #     result (Stripe: "Idempotent requests"), including while the first is still in flight;
-#   - how long a key is kept: provider_key_retention must not exceed it (Stripe: at least 24 h);
+#   - how long a key is kept at least: set provider_key_retention to that (Stripe: 24 hours);
 #   - that the same key with other parameters is refused, not executed.
 # Verify before the probe maps "not found" to NOT_COMMITTED:
 #   - the lookup reads its own writes. A search index that lags behind (many "search" and
@@ -111,8 +111,8 @@ class PaymentsClient:
             return OutcomeProbeResult.unknown({"lookup_status": status})
         found = answer.get("data")
         if found == []:
-            # Authoritative: the lookup reads the store captures are written to. A request
-            # still on the wire may arrive later; the retry this allows carries the same key.
+            # Authoritative only because this lookup reads its own writes (see the top). A
+            # request still on the wire may yet arrive; the retry this allows has the same key.
             return OutcomeProbeResult.not_committed({"lookup": "no capture with this key"})
         if not isinstance(found, list) or not isinstance(found[0], dict):
             return OutcomeProbeResult.unknown({"lookup": "unexpected answer", "answer": answer})
@@ -139,6 +139,9 @@ class PaymentsClient:
         idempotency_guaranteed=True,
         provider_key_retention=timedelta(hours=24),
         probe=find_capture,
+        # Confirm only what the provider says succeeded; a capture still processing stays
+        # unknown, and a later call asks find_capture() again.
+        postcondition=lambda capture: capture.get("status") == "succeeded",
         provider_operation_id="id",
     )
     def capture(
@@ -159,7 +162,8 @@ class PaymentsClient:
             "POST", "/v1/captures", body, idempotency_key=idempotency_key
         )
         if status == http.HTTPStatus.OK:
-            return answer  # type: ignore[no-any-return]  # the capture, as JSON
+            capture: Capture = answer
+            return capture
         if status in _REFUSED:
             raise EffectRejected(
                 f"capture refused: {_REFUSED[status]}",

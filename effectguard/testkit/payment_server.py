@@ -92,35 +92,20 @@ class _Saved:
     answer: tuple[int, dict[str, Any]] | None = None  # None while processing
 
 
-class _Refused(Exception):
-    def __init__(self, status: http.HTTPStatus, error: dict[str, Any]) -> None:
-        super().__init__(error["message"])
-        self.status = status
-        self.error = error
-
-
 def _error(kind: str, code: str, message: str) -> dict[str, Any]:
     return {"type": kind, "code": code, "message": message}
 
 
-def _validate(body: object) -> dict[str, Any]:
+def _problem(body: object) -> str | None:
+    """Why ``body`` is not a valid capture request, or None when it is."""
     if not isinstance(body, dict):
-        raise _Refused(
-            http.HTTPStatus.BAD_REQUEST,
-            _error("invalid_request_error", "body_invalid", "the body must be a JSON object"),
-        )
+        return "the body must be a JSON object"
     amount = body.get("amount")
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0:
-        raise _Refused(
-            http.HTTPStatus.BAD_REQUEST,
-            _error("invalid_request_error", "amount_invalid", "amount must be an integer > 0"),
-        )
+        return "amount must be an integer > 0"
     if not isinstance(body.get("currency"), str) or not body["currency"]:
-        raise _Refused(
-            http.HTTPStatus.BAD_REQUEST,
-            _error("invalid_request_error", "currency_invalid", "currency must be a string"),
-        )
-    return body
+        return "currency must be a non-empty string"
+    return None
 
 
 class FakePaymentServer:
@@ -287,12 +272,13 @@ class FakePaymentServer:
     ) -> tuple[int, dict[str, Any], bool]:
         """Process one POST; return ``(status, body, replayed)``."""
         try:
-            body = _validate(json.loads(raw or b"null"))
+            body = json.loads(raw)
         except ValueError:
-            error = _error("invalid_request_error", "body_invalid", "the body is not JSON")
+            body = None
+        problem = _problem(body)
+        if problem is not None:
+            error = _error("invalid_request_error", "parameter_invalid", problem)
             return http.HTTPStatus.BAD_REQUEST, {"error": error}, False
-        except _Refused as refused:
-            return refused.status, {"error": refused.error}, False
         with self._lock:
             saved = None if key is None else self._keys.get(key)
             if key is not None and saved is not None and self._expired(saved):

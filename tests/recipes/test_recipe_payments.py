@@ -188,3 +188,14 @@ def test_the_recipe_runs_as_a_script():
 
 def _body(amount: int) -> dict:
     return {"amount": amount, "currency": "usd", "metadata": {"invoice_id": "INV-1042"}}
+
+
+def test_the_contract_declares_the_key_guarantee_and_confirms_only_success(payments_recipe):
+    """The contract: a guaranteed key kept 24 h, and a capture confirmed only once succeeded."""
+    contract = payments_recipe.PaymentsClient.capture.contract
+
+    assert contract.name == "payments.capture"
+    assert contract.provider_idempotency_guaranteed
+    assert contract.provider_key_retention_seconds == 24 * 3600
+    assert contract.postcondition({"status": "succeeded"})
+    assert not contract.postcondition({"status": "processing"})
