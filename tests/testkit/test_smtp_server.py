@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import smtplib
+import subprocess
+import sys
 from email.message import EmailMessage
 
 import pytest
@@ -116,3 +118,13 @@ def test_a_server_can_be_started_only_once(server):
     """Starting a running server again is a clear error."""
     with pytest.raises(RuntimeError, match="already started"):
         server.start()
+
+
+def test_effectguard_never_imports_aiosmtpd():
+    """Importing effectguard and its testkit loads no aiosmtpd: it is a test-only dependency."""
+    code = (
+        "import sys, effectguard, effectguard.testkit; "
+        "print('aiosmtpd' in sys.modules or 'effectguard.testkit.smtp' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
