@@ -1,8 +1,16 @@
-"""Fault injection for effectguard: fake providers that count what they commit, and fault plans."""
+"""Fault injection for effectguard: fake providers that count what they commit, and fault plans.
 
+Scenarios (:mod:`effectguard.testkit.scenarios`), the fault matrix
+(:mod:`effectguard.testkit.matrix`) and the pytest plugin
+(:mod:`effectguard.testkit.pytest_plugin`) are built on these.
+"""
+
+from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.providers import (
+    FakeEmailProvider,
     FakePaymentProvider,
+    FakeProvider,
     Lookup,
     ProviderConflict,
     ProviderError,
@@ -12,10 +20,13 @@ from effectguard.testkit.providers import (
 )
 
 __all__ = [
+    "FakeEmailProvider",
     "FakePaymentProvider",
+    "FakeProvider",
     "Fault",
     "FaultPlan",
     "Lookup",
+    "ManualClock",
     "ProviderConflict",
     "ProviderError",
     "ProviderKeyMismatch",
