@@ -160,6 +160,20 @@ class FakeProvider:
             found = row.fetchone()
             return 0 if found is None else int(found[0])
 
+    # -- the API a contract uses ---------------------------------------------------------
+
+    def handler(
+        self, arguments: Mapping[str, Any], *, idempotency_key: str | None
+    ) -> dict[str, Any]:
+        """An executor handler performing this provider's effect for ``arguments``."""
+        raise NotImplementedError
+
+    def probe(
+        self, arguments: Mapping[str, Any], *, idempotency_key: str | None
+    ) -> OutcomeProbeResult:
+        """An outcome probe for ``arguments``, as strong as this provider's lookup."""
+        raise NotImplementedError
+
     # -- late commits ------------------------------------------------------------------
 
     def release_late(self) -> None:
