@@ -237,10 +237,17 @@ class SQLiteEffectLedger:
 
     def _prepare(self, conn: _Connection) -> None:
         """Check the file is a ledger this library can use, then migrate it forward."""
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if application_id != APPLICATION_ID:
+        # One read transaction, so that the three reads see one state of the file: another
+        # connection may be creating the ledger right now, and tables seen without its
+        # application_id would make a brand-new ledger look like a foreign database.
+        conn.execute("BEGIN")
+        try:
             tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+            application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
+        if application_id != APPLICATION_ID:
             if tables:
                 msg = f"{self.path} is a SQLite database but not an effectguard ledger"
                 raise LedgerSchemaError(msg)
