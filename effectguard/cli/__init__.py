@@ -1,0 +1,1 @@
+"""effectguard's command-line tools (built with Click)."""
