@@ -160,6 +160,8 @@ def matrix(
     elapsed = time.monotonic() - started
     click.echo(report.table())
     click.echo(_verdict(report, elapsed))
+    failed = report.failed_episodes
+    click.echo(f"matrix: {report.total.episodes - failed} passed, {failed} failed")
     if output is not None:
         _write_json(output, report.to_json())
     if not report.ok:

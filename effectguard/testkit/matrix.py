@@ -111,6 +111,11 @@ class MatrixReport:
             and self.ledger_verified
         )
 
+    @property
+    def failed_episodes(self) -> int:
+        """Episodes that duplicated an effect or lost a confirmation."""
+        return sum(1 for r in self.results if r.duplicates or r.lost_confirmation)
+
     def to_json(self) -> dict[str, Any]:
         """Return the JSON report: identical for identical seeds and options."""
         return {

@@ -107,6 +107,8 @@ def test_broken_contract_makes_the_matrix_fail_with_exit_1(tmp_path):
     )
     assert result.exit_code == 1, result.output
     assert "FAILED (contract deliberately broken)" in result.output
+    assert result.output.splitlines()[-1].endswith(" failed")
+    assert not result.output.splitlines()[-1].endswith(" 0 failed")
     report = json.loads(output.read_text())
     assert report["ok"] is False
     assert report["kinds"]["guaranteed-key"]["duplicate_effects"] > 0
@@ -122,7 +124,8 @@ def test_matrix_prints_no_progress_bar_when_piped():
     assert result.exit_code == 0, result.output
     assert "episodes  [" not in result.output
     assert result.output.splitlines()[0].startswith("kind")
-    assert result.output.splitlines()[-1].startswith("OK: 8 episodes (seed 1)")
+    assert result.output.splitlines()[-2].startswith("OK: 8 episodes (seed 1)")
+    assert result.output.splitlines()[-1] == "matrix: 8 passed, 0 failed"
 
 
 def test_installed_console_script_runs_a_scenario(tmp_path):
