@@ -71,7 +71,7 @@ def replay_after_reopen(env: ScenarioEnv) -> ScenarioReport:
     """A confirmed capture is asked for again after the process restarts.
 
     Invariant: a new ledger handle and executor on the same file replay the
-    stored output (``replayed``, the same capture) without contacting the
+    stored output (marked replayed, the same capture) without contacting the
     provider, which holds exactly one capture.
     """
     provider, contract, arguments = env.payments(
