@@ -218,6 +218,8 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
     record = context.ledger.get(operation_id)
     assert record is not None  # noqa: S101 - every episode claims its operation
     committed = setup.provider.committed()
+    needless = _needless(spec, setup, record)
+    setup.provider.close()
     return EpisodeResult(
         spec=spec,
         final_status=record.status.value,
@@ -226,7 +228,7 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
         committed=committed,
         killed=killed,
         lost_confirmation=record.status is EffectStatus.CONFIRMED and committed == 0,
-        needless_quarantine=_needless(spec, setup, record),
+        needless_quarantine=needless,
     )
 
 

@@ -104,6 +104,10 @@ class FakeProvider:
         """The file holding this provider's state, or None when it lives in memory."""
         return None if self._store.path is None else str(self._store.path)
 
+    def close(self) -> None:
+        """Release the provider's storage; a file-backed provider's state stays in its file."""
+        self._store.close()
+
     # -- ground truth ------------------------------------------------------------------
 
     def committed(self, reference: str | None = None) -> int:

@@ -39,6 +39,7 @@ class Store:
         self._lock = threading.RLock()
         self._local = threading.local()
         self._shared: sqlite3.Connection | None = None
+        self._opened: list[tuple[int, sqlite3.Connection]] = []
         if self.path is None:
             self._shared = sqlite3.connect(
                 ":memory:", isolation_level=None, check_same_thread=False
@@ -60,7 +61,19 @@ class Store:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             self._local.conn, self._local.pid = conn, os.getpid()
+            self._opened.append((os.getpid(), conn))
         return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened in this process; in memory, state is lost."""
+        with self._lock:
+            for pid, conn in self._opened:
+                if pid == os.getpid():  # a parent's connection is never touched after fork()
+                    conn.close()
+            self._opened.clear()
+            self._local = threading.local()
+            if self._shared is not None:
+                self._shared.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

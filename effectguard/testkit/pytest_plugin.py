@@ -77,6 +77,7 @@ def fake_payments(fault_plan: FaultPlan) -> Iterator[FakePaymentProvider]:
     provider = FakePaymentProvider(faults=fault_plan, late_commit_after=_LATE_COMMIT_AFTER)
     yield provider
     provider.release_late()  # never leave a handler thread parked after the test
+    provider.close()
 
 
 @pytest.fixture
@@ -85,6 +86,7 @@ def fake_email(fault_plan: FaultPlan) -> Iterator[FakeEmailProvider]:
     provider = FakeEmailProvider(faults=fault_plan, late_commit_after=_LATE_COMMIT_AFTER)
     yield provider
     provider.release_late()
+    provider.close()
 
 
 def _assert_committed_once(provider: FakeProvider, key: str) -> None:

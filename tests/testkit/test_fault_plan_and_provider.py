@@ -88,3 +88,12 @@ def test_wait_until_held_sees_a_late_commit_parked_and_rearm_holds_again():
 def test_wait_until_held_times_out_when_nothing_is_held():
     """Without a held request the wait returns False after its timeout."""
     assert not FakePaymentProvider().wait_until_held(1, timeout=0.01)
+
+
+def test_close_keeps_a_file_backed_providers_state(tmp_path):
+    """Closing a file-backed provider releases it; a new object on the file still counts."""
+    path = tmp_path / "provider.db"
+    provider = FakePaymentProvider(path=path)
+    provider.capture("INV-1", 100, idempotency_key="k")
+    provider.close()
+    assert FakePaymentProvider(path=path).committed("k") == 1
