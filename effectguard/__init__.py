@@ -6,7 +6,19 @@ provider's probe and retried only when the provider's contract makes a resend
 safe, otherwise it is quarantined for an operator.
 """
 
+from effectguard.codec import DataclassCodec, PydanticCodec
+from effectguard.config import Configuration, configure
 from effectguard.contract import EffectContract, OutputCodec, UnknownOutcomePolicy
+from effectguard.decorator import (
+    INJECTED,
+    AsyncEffectFunction,
+    EffectDecorator,
+    EffectFunction,
+    effect,
+    get_contract,
+    is_effect,
+    use_executor,
+)
 from effectguard.errors import (
     ConfigurationError,
     EffectGuardError,
@@ -42,10 +54,16 @@ from effectguard.model import (
 )
 
 __all__ = [
+    "INJECTED",
+    "AsyncEffectFunction",
+    "Configuration",
     "ConfigurationError",
+    "DataclassCodec",
     "EffectContract",
+    "EffectDecorator",
     "EffectEvent",
     "EffectExecutor",
+    "EffectFunction",
     "EffectGuardError",
     "EffectInProgress",
     "EffectLedger",
@@ -70,10 +88,16 @@ __all__ = [
     "OutcomeProbeResult",
     "OutputCodec",
     "ProbeStatus",
+    "PydanticCodec",
     "SQLiteEffectLedger",
     "UnknownOutcomePolicy",
     "VerifyProblem",
     "VerifyReport",
+    "configure",
+    "effect",
+    "get_contract",
+    "is_effect",
+    "use_executor",
 ]
 
 __version__ = "0.1.0"

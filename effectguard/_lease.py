@@ -18,12 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from effectguard import _process
 from effectguard.errors import FencedWriteError, LedgerError, OperationNotFoundError
 
 if TYPE_CHECKING:
     from effectguard.ledger.base import EffectLedger
+    from effectguard.model import LeaseOwner, OperationRecord, OverlapHolder
 
-__all__ = ["KEEPER", "TOKENS", "LeaseKeeper", "Renewal"]
+__all__ = ["KEEPER", "TOKENS", "LeaseKeeper", "Renewal", "abandoned", "live_overlap"]
 
 logger = logging.getLogger("effectguard.lease")
 
@@ -157,3 +159,21 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def abandoned(token: str | None, owner: LeaseOwner | None) -> bool:
+    """True when lease ``token`` of ``owner`` provably has no running holder.
+
+    In this process that means the token is not active; elsewhere on this host,
+    that the owner process is gone. An owner this process cannot see is alive.
+    """
+    if token is None or owner is None:
+        return True
+    if _process.is_this_process(owner):
+        return not TOKENS.active(token)
+    return _process.process_gone(owner)
+
+
+def live_overlap(record: OperationRecord) -> tuple[OverlapHolder, ...]:
+    """The record's overlap holders that may still be sending."""
+    return tuple(h for h in record.overlap if not abandoned(h.token, h.owner))

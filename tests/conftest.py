@@ -17,13 +17,15 @@ BACKENDS = ["sqlite"]
 class FakeClock:
     """A clock tests move by hand, so lease and deadline tests never sleep."""
 
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
         self.now = start
 
     def __call__(self) -> float:
+        """Return the current fake time in epoch seconds."""
         return self.now
 
     def advance(self, seconds: float) -> None:
+        """Move the fake time forward."""
         self.now += seconds
 
 

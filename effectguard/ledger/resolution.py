@@ -2,6 +2,13 @@
 
 Every backend's ``confirm``, ``reject`` and ``authorize_retry`` delegate here,
 so the rules of which resolution makes sense from which state live in one place.
+
+Each write needs an actor, a reason and an evidence reference (non-empty), and
+records the OS account (by uid) and host that made it beside the claimed actor,
+in one hash-chained event committed with the change. Refused with
+:class:`~effectguard.errors.IllegalTransitionError`, writing nothing: any
+resolution of a CONFIRMED or REJECTED operation, a second retry authorization
+of a PREPARED one, and anything while a worker holds a live lease on it.
 """
 
 from __future__ import annotations
@@ -9,7 +16,7 @@ from __future__ import annotations
 import getpass
 import os
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from effectguard.errors import (
@@ -52,11 +59,22 @@ class _Primitives(Protocol):
 
 
 def _os_user() -> str:
-    try:
+    """Return the account this process runs as, by its uid, never by what the environment says.
+
+    ``getpass.getuser()`` trusts ``$USER`` and ``$LOGNAME`` first, which would make
+    the recorded OS user as claimable as the actor it is meant to stand beside.
+    """
+    getuid = getattr(os, "getuid", None)
+    if getuid is None:  # pragma: no cover - no uids on this platform (Windows)
         return getpass.getuser()
-    except (KeyError, OSError):
+    uid = getuid()
+    try:
+        import pwd  # noqa: PLC0415 - POSIX only
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
         # No passwd entry (common in containers): the numeric uid still identifies the account.
-        return f"uid:{os.getuid()}"
+        return f"uid {uid}"
 
 
 def _audit(actor: str, reason: str, evidence_reference: str) -> dict[str, Any]:
@@ -81,13 +99,24 @@ def _audit(actor: str, reason: str, evidence_reference: str) -> dict[str, Any]:
     }
 
 
+def _overridden(record: OperationRecord) -> dict[str, Any]:
+    """What the resolution sets aside, for the audit trail: overlap holders and an expired lease."""
+    found: dict[str, Any] = {"cleared_overlap": len(record.overlap)}
+    if record.lease_owner is not None:
+        found["previous_lease_owner"] = record.lease_owner.to_json()
+    return found
+
+
+_Build = Callable[[OperationRecord], tuple[Changes, EventDraft]]
+
+
 def _resolve(
     ledger: _Primitives,
     operation_id: str,
     *,
     action: str,
     allowed: frozenset[EffectStatus],
-    build: Any,
+    build: _Build,
 ) -> OperationRecord:
     for _ in range(_ATTEMPTS):
         record = ledger.get(operation_id)
@@ -127,8 +156,21 @@ def confirm(
     reason: str,
     evidence_reference: str,
 ) -> OperationRecord:
-    """Mark the operation CONFIRMED with ``output``, which every later call replays."""
+    """Mark the operation CONFIRMED with ``output``, which every later call replays.
+
+    ``output`` is stored as the contract stores a handler's output (its codec's
+    JSON form, if it has a codec). ``provider_operation_id`` is a non-empty
+    string, or None when the provider has no id for the effect.
+    """
     audit = _audit(actor, reason, evidence_reference)
+    if provider_operation_id is not None and (
+        not isinstance(provider_operation_id, str) or not provider_operation_id.strip()
+    ):
+        msg = (
+            "the provider operation id must be a non-empty string or None, "
+            f"not {provider_operation_id!r}"
+        )
+        raise InvalidRequestError(msg)
     try:
         output_json = canonical_json(output)
     except TypeError as exc:
@@ -136,7 +178,12 @@ def confirm(
         raise InvalidRequestError(msg) from exc
 
     def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
-        evidence = {**audit, "output": output, "provider_operation_id": provider_operation_id}
+        evidence = {
+            **audit,
+            **_overridden(record),
+            "output": output,
+            "provider_operation_id": provider_operation_id,
+        }
         changes = Changes(
             status=EffectStatus.CONFIRMED,
             lease=None,
@@ -170,12 +217,13 @@ def reject(
     audit = _audit(actor, reason, evidence_reference)
 
     def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
+        evidence = {**audit, **_overridden(record)}
         changes = Changes(
             status=EffectStatus.REJECTED,
             lease=None,
             output_json=None,
             reason=f"rejected by operator {audit['actor']}: {audit['reason']}",
-            evidence=audit,
+            evidence=evidence,
             overlap=(),
         )
         event = EventDraft(
@@ -183,7 +231,7 @@ def reject(
             record.status,
             EffectStatus.REJECTED,
             record.attempts,
-            audit,
+            evidence,
         )
         return changes, event
 
@@ -206,7 +254,7 @@ def authorize_retry(
     audit = _audit(actor, reason, evidence_reference)
 
     def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
-        evidence: Mapping[str, Any] = {**audit, "cleared_overlap": len(record.overlap)}
+        evidence = {**audit, **_overridden(record)}
         changes = Changes(
             status=EffectStatus.PREPARED,
             lease=None,

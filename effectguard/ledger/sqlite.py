@@ -134,8 +134,9 @@ class SQLiteEffectLedger:
     """An :class:`~effectguard.ledger.base.EffectLedger` in one SQLite file.
 
     The file is created with mode 0600 on the first write, never by a read;
-    with ``create=False`` a missing file is a :class:`LedgerNotFoundError` at
-    once. A file of an older schema is migrated forward; a newer one, or a file
+    with ``create=False`` a missing file, or an empty one that is not yet a
+    ledger, is a :class:`LedgerNotFoundError` at once and is left as it is.
+    A file of an older schema is migrated forward; a newer one, or a file
     that is not a ledger, is refused with :class:`LedgerSchemaError` and left as it was.
     ``synchronous="NORMAL"`` is faster but survives only a process crash, not a
     power loss: a claim lost after a real dispatch is a silent duplicate.
@@ -168,6 +169,7 @@ class SQLiteEffectLedger:
         self._lock = threading.Lock()
         self._closed = False
         self._ready = False
+        self._create = create
         if self.path.exists():
             self._open()
         elif not create:
@@ -237,33 +239,31 @@ class SQLiteEffectLedger:
 
     def _prepare(self, conn: _Connection) -> None:
         """Check the file is a ledger this library can use, then migrate it forward."""
-        # One read transaction, so that the three reads see one state of the file: another
-        # connection may be creating the ledger right now, and tables seen without its
-        # application_id would make a brand-new ledger look like a foreign database.
-        conn.execute("BEGIN")
-        try:
-            tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-        finally:
-            conn.execute("COMMIT")
+        # One statement, one snapshot: another process may be creating this file right now.
+        application_id, version, tables = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()),"
+            " (SELECT user_version FROM pragma_user_version()),"
+            " (SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
         if application_id != APPLICATION_ID:
             if tables:
                 msg = f"{self.path} is a SQLite database but not an effectguard ledger"
                 raise LedgerSchemaError(msg)
+            if not self._create:
+                # An empty file (``touch``, an interrupted creation) would otherwise become a
+                # ledger on the first read.
+                msg = f"{self.path} is empty, not a ledger (reads never create one)"
+                raise LedgerNotFoundError(msg)
         elif version > SCHEMA_VERSION:
             msg = (
                 f"ledger {self.path} has schema version {version}, newer than this "
                 f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
             )
             raise LedgerSchemaError(msg)
+        self._enable_wal(conn)
         if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                self._use_wal(conn)
             self._ready = True
             return
-        # The journal mode cannot change inside a transaction; WAL is persistent.
-        self._use_wal(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Another process may have migrated while this one waited for the lock.
@@ -281,22 +281,23 @@ class SQLiteEffectLedger:
             raise
         self._ready = True
 
-    def _use_wal(self, conn: _Connection) -> None:
-        """Switch the file to WAL, waiting up to the busy timeout for other writers.
+    def _enable_wal(self, conn: _Connection) -> None:
+        """Switch the file to WAL (a persistent setting), outside any transaction.
 
-        While another connection is writing, SQLite answers this switch with
-        "database is locked" at once, without running its busy handler.
+        Changing the journal mode needs an exclusive lock and SQLite answers
+        "locked" at once, without its busy handler, while another process
+        creates the same file; so retry until the busy timeout.
         """
         deadline = time.monotonic() + self.busy_timeout
         while True:
             try:
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+                    return
                 conn.execute("PRAGMA journal_mode = WAL")
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
-                time.sleep(0.005)
-            else:
-                return
+            time.sleep(0.005)
 
     def _open(self) -> _Connection:
         if self._closed:

@@ -1,0 +1,185 @@
+"""Click plumbing for ``agent-effect-ops``: one-line errors, exit codes, shared options.
+
+Click prints a usage block above a usage error; an operator's terminal or a
+pager-less log wants one line naming the problem, so every usage error is
+re-raised as :class:`OpsUsageError`. Library errors become :class:`OpsError`
+(exit 1) or, for malformed requests, :class:`OpsUsageError` (exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from effectguard import EffectGuardError, EffectStatus, InvalidRequestError
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "OpsCommand",
+    "OpsError",
+    "OpsGroup",
+    "OpsUsageError",
+    "audit_options",
+    "json_option",
+    "non_empty",
+    "parse_json",
+    "parse_status",
+    "refusals",
+]
+
+#: The command did what was asked.
+EXIT_OK = 0
+#: The ledger refused the request, or lacks what it names (operation, file, intact chain).
+EXIT_REFUSED = 1
+#: The command line is wrong (unknown option or status, malformed JSON, missing audit field).
+EXIT_USAGE = 2
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  done
+  1  refused or not found: unknown operation, illegal transition, live
+     lease, missing/foreign/newer/locked ledger, broken hash chain
+  2  usage error: bad option or status, malformed JSON, missing audit field"""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class OpsError(click.ClickException):
+    """The ledger refused the request or lacks what it names: exit 1, one line on stderr."""
+
+    exit_code = EXIT_REFUSED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(_one_line(message))
+
+
+class OpsUsageError(click.ClickException):
+    """The command line is wrong: exit 2, one line on stderr (Click's usage text is left out)."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(_one_line(message))
+
+
+@contextlib.contextmanager
+def _one_line_usage(ctx: click.Context) -> Iterator[None]:
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as exc:
+        message = exc.format_message().rstrip(".")
+        raise OpsUsageError(f"{message} (see '{ctx.command_path} --help')") from exc
+
+
+class OpsCommand(click.Command):
+    """A command whose usage errors are one line, and whose help lists the exit codes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _one_line_usage(ctx):
+            return super().parse_args(ctx, args)
+
+
+class OpsGroup(click.Group):
+    """A group whose usage errors, and its commands' by default, are one line."""
+
+    command_class = OpsCommand
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _one_line_usage(ctx):
+            return super().parse_args(ctx, args)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        with _one_line_usage(ctx):
+            return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        # "Missing command" is raised here, not while parsing.
+        with _one_line_usage(ctx):
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def refusals() -> Iterator[None]:
+    """Turn the library's errors into one-line CLI errors with the documented exit codes."""
+    try:
+        yield
+    except InvalidRequestError as exc:
+        raise OpsUsageError(str(exc)) from exc
+    except EffectGuardError as exc:
+        raise OpsError(str(exc)) from exc
+
+
+def parse_status(
+    ctx: click.Context,  # noqa: ARG001
+    param: click.Parameter,  # noqa: ARG001
+    value: str | None,
+) -> EffectStatus | None:
+    """Option callback: the status named by ``value`` in any case, or a one-line usage error."""
+    # A callback rather than a ParamType subclass: ParamType is generic only in newer Click.
+    if value is None:
+        return None
+    try:
+        return EffectStatus.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  # noqa: ARG001
+    """Option callback: the JSON value in ``value``; NaN and Infinity are not JSON and refused."""
+
+    def refuse(constant: str) -> NoReturn:
+        msg = f"{constant} is not a JSON number"
+        raise ValueError(msg)
+
+    try:
+        return json.loads(value, parse_constant=refuse)
+    except ValueError as exc:
+        msg = f"not valid JSON: {exc}"
+        raise click.BadParameter(msg) from exc
+
+
+def non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001
+    """Option callback: ``value`` unless it is empty or only whitespace."""
+    if not value.strip():
+        msg = "must not be empty"
+        raise click.BadParameter(msg)
+    return value
+
+
+def audit_options(command: F) -> F:
+    """Add the three audit options every operator write requires."""
+    for name, metavar, text in reversed(
+        (
+            ("--actor", "WHO", "Who is resolving this (your name or on-call handle)."),
+            ("--reason", "WHY", "Why, in a sentence a later reader understands."),
+            ("--evidence-reference", "REF", "Where the evidence is: ticket, link, case id."),
+        )
+    ):
+        command = click.option(name, required=True, metavar=metavar, callback=non_empty, help=text)(
+            command
+        )
+    return command
+
+
+def json_option(command: F) -> F:
+    """Add ``--json``, which prints machine-readable output instead of text."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")(command)

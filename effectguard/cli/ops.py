@@ -1,0 +1,287 @@
+"""``agent-effect-ops``: see, understand and resolve guarded side effects.
+
+Every failure is one line on stderr naming the problem, with exit code 1 when
+the ledger refused or lacks what was asked, and 2 when the command line itself
+is wrong; in both cases the ledger is left exactly as it was. Read commands
+never create a ledger file. Only the public API is used, so what an operator
+can do here a program can do too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+import effectguard
+from effectguard import EffectLedger, EffectStatus, OperationRecord
+from effectguard.cli import _ops_views as views
+from effectguard.cli._ops_click import (
+    EXIT_CODES_HELP,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    OpsError,
+    OpsGroup,
+    OpsUsageError,
+    audit_options,
+    json_option,
+    non_empty,
+    parse_json,
+    parse_status,
+    refusals,
+)
+from effectguard.ledger import open_ledger
+
+__all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+@dataclass
+class _Session:
+    """The group's options; the ledger is opened on first use and closed with the context."""
+
+    target: str | None
+    busy_timeout: float
+    ledger: EffectLedger | None = field(default=None, init=False)
+
+    def open(self, ctx: click.Context) -> EffectLedger:
+        if self.ledger is not None:
+            return self.ledger
+        if not self.target:
+            hint = f"see '{ctx.find_root().command_path} --help'"
+            msg = f"Missing option '--db': name the ledger file or postgresql:// URL ({hint})"
+            raise OpsUsageError(msg)
+        options: dict[str, Any] = {}
+        if not self.target.startswith(_POSTGRES_SCHEMES):
+            # A missing file is an error for every command: none of them can succeed on an
+            # empty ledger, and a read must never leave a new file behind.
+            options = {"create": False, "busy_timeout": self.busy_timeout}
+        with refusals():
+            ledger = open_ledger(self.target, **options)
+        ctx.call_on_close(ledger.close)
+        self.ledger = ledger
+        return ledger
+
+
+def _ledger() -> EffectLedger:
+    ctx = click.get_current_context()
+    session = ctx.find_object(_Session)
+    if session is None:  # pragma: no cover - main() always installs one
+        msg = "agent-effect-ops commands run only under the agent-effect-ops group"
+        raise RuntimeError(msg)
+    return session.open(ctx)
+
+
+def _operation(ledger: EffectLedger, operation_id: str) -> OperationRecord:
+    with refusals():
+        record = ledger.get(operation_id)
+    if record is None:
+        msg = f"no operation {operation_id!r} in the ledger"
+        raise OpsError(msg)
+    return record
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@click.group(
+    cls=OpsGroup,
+    epilog=EXIT_CODES_HELP,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
+@click.option(
+    "--db",
+    "target",
+    metavar="PATH|URL",
+    help="The ledger: a SQLite file (never created here) or a postgresql:// URL.",
+)
+@click.option(
+    "--busy-timeout",
+    type=click.FloatRange(min=0),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a write waits for another process's lock on a SQLite ledger.",
+)
+@click.version_option(effectguard.__version__, prog_name="agent-effect-ops")
+@click.pass_context
+def main(ctx: click.Context, target: str | None, busy_timeout: float) -> None:
+    """See, understand and resolve the side effects effectguard guards.
+
+    Start with `list --status quarantined`, read an operation with `show` and
+    `events`, check the provider's own records, then resolve it with `confirm`
+    (it happened), `reject` (it did not and will not) or `authorize-retry`
+    (send it once more, with the same provider key). Every resolution needs
+    --actor, --reason and --evidence-reference, and is recorded with your OS
+    account and host in the operation's hash-chained history.
+    """
+    ctx.obj = _Session(target, busy_timeout)
+
+
+@main.command("list", short_help="List operations, most recently changed first.")
+@click.option(
+    "--status",
+    metavar="STATUS",
+    callback=parse_status,
+    help="Only this status, in any case (quarantined, outcome-unknown…).",
+)
+@click.option("--contract", metavar="NAME", help="Only operations of this contract.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, metavar="N")
+@json_option
+def list_command(
+    status: EffectStatus | None, contract: str | None, limit: int, as_json: bool
+) -> None:
+    """List operations, most recently changed first."""
+    ledger = _ledger()
+    with refusals():
+        records = ledger.list_operations(status=status, contract=contract, limit=limit)
+    if as_json:
+        click.echo(views.to_json([views.record_json(record) for record in records]))
+    elif records:
+        click.echo(views.operations_table(records, _now()))
+    else:
+        click.echo("no operations match")
+
+
+@main.command(short_help="Show everything recorded about OP.")
+@click.argument("operation_id", metavar="OP")
+@json_option
+def show(operation_id: str, as_json: bool) -> None:
+    """Show everything recorded about operation OP."""
+    record = _operation(_ledger(), operation_id)
+    if as_json:
+        click.echo(views.to_json(views.record_json(record)))
+    else:
+        click.echo(views.operation_detail(record, _now()))
+
+
+@main.command(short_help="Show the history of OP, oldest first.")
+@click.argument("operation_id", metavar="OP")
+@json_option
+def events(operation_id: str, as_json: bool) -> None:
+    """Show the history of operation OP, oldest first."""
+    ledger = _ledger()
+    _operation(ledger, operation_id)
+    with refusals():
+        history = ledger.events(operation_id)
+    if as_json:
+        click.echo(views.to_json([views.event_json(event) for event in history]))
+    else:
+        click.echo(views.events_table(history))
+
+
+def _report(ledger: EffectLedger, record: OperationRecord, verb: str) -> None:
+    """Print one line saying what the resolution recorded, from its own event."""
+    with refusals():
+        event = ledger.events(record.operation_id)[-1]
+    recorder = f"{event.evidence.get('os_user')} on {event.evidence.get('host')}"
+    click.echo(
+        f"{verb} {record.operation_id!r}: {event.from_status} -> {event.to_status} "
+        f"(event {event.seq}, actor {event.evidence.get('actor')!r}, recorded as {recorder})"
+    )
+
+
+@main.command(short_help="Record that OP took effect, with its output.")
+@click.argument("operation_id", metavar="OP")
+@click.option(
+    "--output-json",
+    "output",
+    required=True,
+    metavar="JSON",
+    callback=parse_json,
+    help="The output every later call replays, in the form the contract stores it.",
+)
+@click.option(
+    "--provider-operation-id",
+    required=True,
+    metavar="ID",
+    callback=non_empty,
+    help="The provider's own id for the effect (a charge id, a message id).",
+)
+@audit_options
+def confirm(
+    operation_id: str,
+    output: Any,
+    provider_operation_id: str,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+) -> None:
+    """Record that operation OP took effect; later calls replay the given output."""
+    ledger = _ledger()
+    with refusals():
+        record = ledger.confirm(
+            operation_id,
+            output=output,
+            provider_operation_id=provider_operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+        )
+    _report(ledger, record, "confirmed")
+
+
+@main.command(short_help="Record that OP did not and will not take effect.")
+@click.argument("operation_id", metavar="OP")
+@audit_options
+def reject(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
+    """Record that operation OP did not take effect and never will; it is never sent again."""
+    ledger = _ledger()
+    with refusals():
+        record = ledger.reject(
+            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+        )
+    _report(ledger, record, "rejected")
+
+
+@main.command("authorize-retry", short_help="Allow OP one more dispatch, same provider key.")
+@click.argument("operation_id", metavar="OP")
+@audit_options
+def authorize_retry(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
+    """Allow operation OP exactly one more dispatch, with the same provider key.
+
+    The next execute of OP sends it; if that attempt's outcome is uncertain
+    too, the operation waits for an operator again. Authorizing vouches that
+    no earlier attempt can still take effect, so it clears any overlap risk.
+    """
+    ledger = _ledger()
+    with refusals():
+        record = ledger.authorize_retry(
+            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+        )
+    _report(ledger, record, "authorized a retry of")
+
+
+@main.command(short_help="Check every hash chain; exit 1 naming any break.")
+@json_option
+def verify(as_json: bool) -> None:
+    """Check every operation's hash-chained history; exit 1 naming any break."""
+    ledger = _ledger()
+    with refusals():
+        report = ledger.verify()
+    if as_json:
+        click.echo(views.to_json(views.report_json(report)))
+    else:
+        for problem in report.problems:
+            where = "" if problem.seq is None else f" event {problem.seq}"
+            click.echo(f"operation {problem.operation_id!r}{where}: {problem.problem}")
+        click.echo(
+            f"checked {report.operations_checked} operations and {report.events_checked} events"
+        )
+    if not report.ok:
+        first = report.problems[0]
+        where = "" if first.seq is None else f" event {first.seq}"
+        msg = (
+            f"the ledger has been tampered with: {len(report.problems)} problem(s); "
+            f"first: operation {first.operation_id!r}{where}: {first.problem}"
+        )
+        raise OpsError(msg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,155 @@
+"""Which executor runs a decorated tool: given, lent, or the process default.
+
+Decorated tools look for their executor per call: the one given to
+``@effect(executor=...)``, else the one an agent runtime lends with
+:func:`use_executor` (a context variable, so the decorator never imports the
+runtime), else the process default set by :func:`configure`. The default is
+read from a module variable, never from the environment on each call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Self
+
+from effectguard.errors import ConfigurationError
+from effectguard.executor import EffectExecutor
+from effectguard.ledger import EffectLedger, open_ledger
+
+__all__ = ["Configuration", "configure", "default_executor", "resolve_executor", "use_executor"]
+
+_lock = threading.Lock()
+_default: EffectExecutor | None = None
+_stack: list[Configuration] = []
+_lent: contextvars.ContextVar[EffectExecutor | None] = contextvars.ContextVar(
+    "effectguard_lent_executor", default=None
+)
+
+
+@contextlib.contextmanager
+def use_executor(executor: EffectExecutor) -> Iterator[EffectExecutor]:
+    """Lend ``executor`` to every decorated tool called in this context.
+
+    An agent runtime wraps the tools it runs in this; threads started with
+    ``asyncio.to_thread`` and tasks created inside inherit it. A tool decorated
+    with its own ``executor=`` keeps that one.
+    """
+    if not isinstance(executor, EffectExecutor):
+        msg = f"use_executor() needs an EffectExecutor, not {type(executor).__name__}"
+        raise TypeError(msg)
+    token = _lent.set(executor)
+    try:
+        yield executor
+    finally:
+        _lent.reset(token)
+
+
+class Configuration:
+    """A process default that :func:`configure` installed; undo it with :meth:`restore`.
+
+    As a context manager it restores on exit, so a test or a script can use a
+    ledger for a block and leave no trace. Configurations stack: restoring one
+    makes the most recent one still in place the default again, in any order.
+    """
+
+    def __init__(self, executor: EffectExecutor, *, owns_ledger: bool) -> None:
+        self.executor = executor
+        self._owns_ledger = owns_ledger
+
+    def __repr__(self) -> str:
+        return f"Configuration({self.executor!r})"
+
+    def restore(self) -> None:
+        """Withdraw this default, and close the ledger :func:`configure` opened for it.
+
+        Restoring twice does nothing more.
+        """
+        global _default  # noqa: PLW0603 - the process default is process-wide by definition
+        with _lock:
+            if self not in _stack:
+                return
+            _stack.remove(self)
+            _default = _stack[-1].executor if _stack else None
+        if self._owns_ledger:
+            self.executor.ledger.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.restore()
+
+
+def configure(
+    ledger: str | os.PathLike[str] | EffectLedger | None = None,
+    *,
+    executor: EffectExecutor | None = None,
+    clock: Callable[[], float] | None = None,
+) -> Configuration:
+    """Set the executor every decorated tool uses when none is given or lent.
+
+    ``ledger`` is a SQLite file path, a ``postgresql://`` URL or a ledger
+    object; alternatively pass a ready ``executor``. ``clock`` (epoch seconds)
+    goes to the executor made for ``ledger``. The returned
+    :class:`Configuration` restores the previous default when used as a
+    context manager or when :meth:`Configuration.restore` is called.
+    """
+    global _default  # noqa: PLW0603 - the process default is process-wide by definition
+    if (ledger is None) == (executor is None):
+        msg = (
+            "configure() takes either ledger= (a path, a postgresql:// URL or a ledger) "
+            "or executor="
+        )
+        raise ConfigurationError(msg)
+    owns_ledger = False
+    if executor is not None:
+        if not isinstance(executor, EffectExecutor):
+            msg = f"executor must be an EffectExecutor, not {type(executor).__name__}"
+            raise TypeError(msg)
+        if clock is not None:
+            msg = "configure(clock=...) applies to the executor made for ledger=; give it to yours"
+            raise ConfigurationError(msg)
+    else:
+        assert ledger is not None  # noqa: S101 - exactly one of the two is set
+        owns_ledger = not isinstance(ledger, EffectLedger)
+        executor = EffectExecutor(open_ledger(ledger), clock=clock)
+    configuration = Configuration(executor, owns_ledger=owns_ledger)
+    with _lock:
+        _stack.append(configuration)
+        _default = executor
+    return configuration
+
+
+def default_executor() -> EffectExecutor | None:
+    """Return the executor :func:`configure` set, or None."""
+    return _default
+
+
+def resolve_executor(explicit: EffectExecutor | None, tool: str) -> EffectExecutor:
+    """Return the executor a call of ``tool`` runs on: explicit, else lent, else the default.
+
+    Raises :class:`ConfigurationError` naming the three ways to provide one.
+    """
+    executor = explicit
+    if executor is None:
+        executor = _lent.get()
+    if executor is None:
+        executor = _default
+    if executor is None:
+        msg = (
+            f"no effect executor for {tool}: pass @effect(executor=...), "
+            "run the tool under an agent runtime (effectguard.use_executor), "
+            "or call effectguard.configure(ledger=...)"
+        )
+        raise ConfigurationError(msg)
+    return executor
