@@ -7,7 +7,7 @@ pytest_plugins = ["pytester"]
 USER_TESTS = """
 import threading
 
-from effectguard import EffectContract, EffectStatus
+from effectguard import INJECTED, EffectContract, EffectStatus, effect
 from effectguard.testkit import FakeEmailProvider, Fault
 
 ARGUMENTS = {"invoice_id": "INV-1", "amount_cents": 500}
@@ -76,6 +76,29 @@ def test_lease_expires_on_the_injected_clock(
     assert fake_payments.committed() == 1
 
 
+def test_a_decorated_tool_is_captured_once(
+    effect_executor, fake_payments, fault_plan, assert_committed_once
+):
+    fake_payments.idempotency_guaranteed = False  # only the probe can make this safe
+    fault_plan.set(1, Fault.LOSE_ACK)
+
+    def find_capture(invoice_id, amount_cents, *, idempotency_key):
+        return fake_payments.probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)
+
+    @effect(
+        operation_id="invoice:{invoice_id}:capture",
+        idempotency_key="capture:{invoice_id}",
+        probe=find_capture,
+        executor=effect_executor,
+    )
+    def capture(invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED) -> dict:
+        return fake_payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+    receipt = capture("INV-9", 900)
+    assert capture("INV-9", 900) == receipt
+    assert_committed_once(fake_payments, "capture:INV-9")
+
+
 def test_a_naive_retry_is_caught(fake_payments, fault_plan, assert_committed_once):
     fake_payments.idempotency_guaranteed = False
     fault_plan.set(1, Fault.LOSE_ACK)
@@ -93,7 +116,7 @@ def test_fixtures_work_from_a_user_test_file(pytester):
     """A user's test file gets every fixture from the installed plugin, with no conftest."""
     pytester.makepyfile(test_user_tool=USER_TESTS)
     result = pytester.runpytest("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3, failed=1)
+    result.assert_outcomes(passed=4, failed=1)
     result.stdout.fnmatch_lines(
         [
             "*test_a_naive_retry_is_caught*",
