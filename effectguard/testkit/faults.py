@@ -66,6 +66,33 @@ class FaultPlan:
         """Return the fault planned for ``attempt``."""
         return self._faults.get(attempt, Fault.NONE)
 
+    @property
+    def faults(self) -> dict[int, Fault]:
+        """A copy of the planned faults by attempt number (unplanned attempts meet NONE)."""
+        return dict(sorted(self._faults.items()))
+
+    def set(self, attempt: int, fault: Fault) -> FaultPlan:
+        """Plan ``fault`` for ``attempt`` (replacing what was planned); returns the plan.
+
+        A plan may be changed while providers use it: the next request reads it.
+        """
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+            msg = f"fault plan attempts are numbered from 1, not {attempt!r}"
+            raise ValueError(msg)
+        self._faults[attempt] = Fault(fault)
+        return self
+
+    def update(self, faults: Mapping[int, Fault] | Sequence[Fault]) -> FaultPlan:
+        """Plan several faults at once, by attempt or in order from attempt 1; returns the plan."""
+        planned = FaultPlan(faults)._faults  # noqa: SLF001 - validated by the constructor
+        self._faults.update(planned)
+        return self
+
+    def clear(self) -> FaultPlan:
+        """Forget every planned fault, so every attempt meets NONE; returns the plan."""
+        self._faults.clear()
+        return self
+
     @classmethod
     def random(
         cls,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 
 from effectguard import EffectStatus, EventType, SQLiteEffectLedger
@@ -56,3 +57,19 @@ def test_concurrent_first_open_never_mistakes_a_ledger_being_migrated(tmp_path):
         for ledger in ledgers:
             ledger.close()
     assert failures == []
+
+
+def test_first_open_waits_for_a_writer_holding_the_new_file(tmp_path):
+    """Switching a new file to WAL waits out another writer's lock instead of failing at once."""
+    path = tmp_path / "ledger.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another writer holds the new, empty file
+    releaser = threading.Timer(0.3, other.execute, args=("ROLLBACK",))
+    releaser.start()
+    try:
+        with SQLiteEffectLedger(path) as ledger:
+            _claim(ledger, 1)
+            assert [record.operation_id for record in ledger.list_operations()] == ["op-1"]
+    finally:
+        releaser.join()
+        other.close()

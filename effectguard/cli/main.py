@@ -1,0 +1,185 @@
+"""``agent-effect``: run failure scenarios and the fault matrix against fake providers.
+
+Exit status: 0 when every invariant held; 1 when a scenario's invariant broke
+or the matrix found a duplicate effect or a lost confirmation; 2 for bad
+input (nothing is recorded then). ``cli`` is the Click group: other commands
+attach to it with ``cli.add_command``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from effectguard import __version__
+from effectguard.errors import EffectGuardError
+from effectguard.testkit.matrix import MatrixReport, run_matrix
+from effectguard.testkit.scenarios import SCENARIOS, ScenarioError, run_scenario
+
+__all__ = ["cli", "main"]
+
+#: Exit status when an invariant broke (a duplicate, a lost confirmation, a failed check).
+INVARIANT_BROKEN = 1
+
+
+class BadInput(click.ClickException):
+    """Input that cannot be run as given; exit status 2, nothing recorded."""
+
+    exit_code = 2
+
+
+def _check_output(output: Path | None) -> None:
+    """Refuse an ``--output`` that cannot be written, before anything runs."""
+    if output is None:
+        return
+    if output.is_dir():
+        msg = f"--output {output} is a directory"
+        raise BadInput(msg)
+    if not output.parent.is_dir():
+        msg = f"--output {output}: directory {output.parent} does not exist"
+        raise BadInput(msg)
+
+
+def _write_json(output: Path, data: dict[str, Any]) -> None:
+    try:
+        output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        msg = f"cannot write the report to {output}: {exc.strerror or exc}"
+        raise BadInput(msg) from exc
+
+
+_OUTPUT = click.Path(dir_okay=False, path_type=Path)
+
+
+@click.group(
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--scenario",
+    "scenario_name",
+    type=click.Choice(list(SCENARIOS)),
+    metavar="NAME",
+    help="Run one scenario (see --list).",
+)
+@click.option("--list", "list_scenarios", is_flag=True, help="List the scenarios and exit.")
+@click.option("--output", type=_OUTPUT, help="Write the scenario's JSON report to this file.")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite ledger file to record into (default: a temporary file).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the scenario's data.")
+@click.version_option(__version__, prog_name="agent-effect")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    scenario_name: str | None,
+    list_scenarios: bool,
+    output: Path | None,
+    db: Path | None,
+    seed: int,
+) -> None:
+    """Prove, against fake providers that count what they commit, that effects happen once.
+
+    Run a scenario with --scenario NAME, list them with --list, or run the
+    randomized fault matrix with the matrix command.
+    """
+    if ctx.invoked_subcommand is not None:
+        if scenario_name or list_scenarios or output or db:
+            msg = "--scenario, --list, --output and --db cannot be combined with a command"
+            raise click.UsageError(msg)
+        return
+    if list_scenarios:
+        if scenario_name:
+            msg = "--list and --scenario cannot be combined"
+            raise click.UsageError(msg)
+        width = max(len(name) for name in SCENARIOS)
+        for scenario in SCENARIOS.values():
+            click.echo(f"{scenario.name.ljust(width)}  {scenario.summary}")
+        return
+    if scenario_name is None:
+        seeded = ctx.get_parameter_source("seed") is not click.core.ParameterSource.DEFAULT
+        if output or db or seeded:
+            msg = "--output, --db and --seed need --scenario NAME"
+            raise click.UsageError(msg)
+        click.echo(ctx.get_help())
+        return
+    _check_output(output)
+    try:
+        report = run_scenario(scenario_name, seed=seed, db=db)
+    except (ScenarioError, EffectGuardError) as exc:
+        raise BadInput(str(exc)) from exc
+    click.echo(report.summary())
+    if output is not None:
+        _write_json(output, report.to_json())
+    if not report.invariant_held:
+        ctx.exit(INVARIANT_BROKEN)
+
+
+@cli.command()
+@click.option(
+    "--episodes",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="How many episodes to run.",
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed the episodes are drawn from."
+)
+@click.option("--output", type=_OUTPUT, help="Write the JSON report (every episode) to this file.")
+@click.option(
+    "--broken-contract",
+    is_flag=True,
+    help="Break the guaranteed-key contract on purpose (a new key per request, still "
+    "declared guaranteed) to show that the matrix catches the duplicates.",
+)
+@click.pass_context
+def matrix(
+    ctx: click.Context, episodes: int, seed: int, output: Path | None, broken_contract: bool
+) -> None:
+    """Run seeded episodes across contract kinds x faults x crash points; count what went wrong.
+
+    Exits 1 on any duplicate effect or lost confirmation.
+    """
+    _check_output(output)
+    started = time.monotonic()
+    if sys.stdout.isatty():
+        with click.progressbar(length=episodes, label="episodes") as bar:
+            report = run_matrix(
+                episodes, seed, broken_contract=broken_contract, progress=bar.update
+            )
+    else:
+        report = run_matrix(episodes, seed, broken_contract=broken_contract)
+    elapsed = time.monotonic() - started
+    click.echo(report.table())
+    click.echo(_verdict(report, elapsed))
+    failed = report.failed_episodes
+    click.echo(f"matrix: {report.total.episodes - failed} passed, {failed} failed")
+    if output is not None:
+        _write_json(output, report.to_json())
+    if not report.ok:
+        ctx.exit(INVARIANT_BROKEN)
+
+
+def _verdict(report: MatrixReport, elapsed: float) -> str:
+    total = report.total
+    broken = " (contract deliberately broken)" if report.broken_contract else ""
+    outcome = "OK" if report.ok else "FAILED"
+    chains = "" if report.ledger_verified else "; the ledger's event chains do NOT verify"
+    return (
+        f"{outcome}{broken}: {total.episodes} episodes (seed {report.seed}) in {elapsed:.1f}s: "
+        f"{total.duplicate_effects} duplicate effects, {total.lost_confirmations} lost "
+        f"confirmations, {total.needlessly_quarantined} needless quarantines{chains}"
+    )
+
+
+def main() -> None:
+    """Run ``agent-effect``."""
+    cli(prog_name="agent-effect")

@@ -1,0 +1,107 @@
+"""pytest fixtures for testing your own effects under faults.
+
+Installed with effectguard and loaded automatically (``pytest11`` entry point
+``effectguard``); disable with ``-p no:effectguard``. Fixtures:
+
+- ``effect_clock``: a :class:`ManualClock` the ledger and executor read;
+  ``effect_clock.advance(seconds)`` expires leases without sleeping.
+- ``effect_ledger``: a fresh SQLite ledger in ``tmp_path``, closed afterwards.
+- ``effect_executor``: an :class:`EffectExecutor` on that ledger and clock.
+- ``fault_plan``: the :class:`FaultPlan` both fakes follow; plan faults with
+  ``fault_plan.set(attempt, Fault.LOSE_ACK)``.
+- ``fake_payments`` / ``fake_email``: a :class:`FakePaymentProvider` (guaranteed
+  keys, strong lookup) and a :class:`FakeEmailProvider` (no idempotency, lookup
+  by Message-ID), both following ``fault_plan``.
+- ``assert_committed_once(provider, key)``: fails unless the provider committed
+  exactly one effect under ``key`` (an idempotency key or Message-ID).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from effectguard.executor import EffectExecutor
+from effectguard.ledger.sqlite import SQLiteEffectLedger
+from effectguard.testkit._fake import FakeProvider
+from effectguard.testkit.clock import ManualClock
+from effectguard.testkit.faults import FaultPlan
+from effectguard.testkit.mail import FakeEmailProvider
+from effectguard.testkit.payments import FakePaymentProvider
+
+__all__ = [
+    "assert_committed_once",
+    "effect_clock",
+    "effect_executor",
+    "effect_ledger",
+    "fake_email",
+    "fake_payments",
+    "fault_plan",
+]
+
+#: How long a LATE_COMMIT fault holds a request that the test never releases.
+_LATE_COMMIT_AFTER = 30.0
+
+
+@pytest.fixture
+def effect_clock() -> ManualClock:
+    """A clock that moves only when the test calls ``advance``; the ledger and executor read it."""
+    return ManualClock()
+
+
+@pytest.fixture
+def effect_ledger(tmp_path: Path, effect_clock: ManualClock) -> Iterator[SQLiteEffectLedger]:
+    """A fresh SQLite ledger in this test's ``tmp_path``."""
+    ledger = SQLiteEffectLedger(tmp_path / "effectguard-ledger.db", clock=effect_clock)
+    yield ledger
+    ledger.close()
+
+
+@pytest.fixture
+def effect_executor(effect_ledger: SQLiteEffectLedger, effect_clock: ManualClock) -> EffectExecutor:
+    """An executor recording into ``effect_ledger`` and reading ``effect_clock``."""
+    return EffectExecutor(effect_ledger, clock=effect_clock)
+
+
+@pytest.fixture
+def fault_plan() -> FaultPlan:
+    """The fault plan ``fake_payments`` and ``fake_email`` follow (empty: no faults)."""
+    return FaultPlan()
+
+
+@pytest.fixture
+def fake_payments(fault_plan: FaultPlan) -> Iterator[FakePaymentProvider]:
+    """A payment provider with guaranteed idempotency keys and a read-your-writes lookup."""
+    provider = FakePaymentProvider(faults=fault_plan, late_commit_after=_LATE_COMMIT_AFTER)
+    yield provider
+    provider.release_late()  # never leave a handler thread parked after the test
+    provider.close()
+
+
+@pytest.fixture
+def fake_email(fault_plan: FaultPlan) -> Iterator[FakeEmailProvider]:
+    """An email provider with no idempotency whose sent log is searchable by Message-ID."""
+    provider = FakeEmailProvider(faults=fault_plan, late_commit_after=_LATE_COMMIT_AFTER)
+    yield provider
+    provider.release_late()
+    provider.close()
+
+
+def _assert_committed_once(provider: FakeProvider, key: str) -> None:
+    __tracebackhide__ = True
+    count = provider.committed(key)
+    if count != 1:
+        effects = provider.effects()
+        msg = (
+            f"expected exactly one committed effect under {key!r}, the provider holds {count} "
+            f"(of {len(effects)} committed in all: {effects!r})"
+        )
+        raise AssertionError(msg)
+
+
+@pytest.fixture
+def assert_committed_once() -> Callable[[FakeProvider, str], None]:
+    """``assert_committed_once(provider, key)``: exactly one effect committed under ``key``."""
+    return _assert_committed_once

@@ -1,0 +1,147 @@
+"""agent-effect: scenarios and the matrix from the command line, reports, exit codes, bad input."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from effectguard.cli.main import cli
+from effectguard.testkit.scenarios import SCENARIOS
+
+REPORT_FIELDS = {
+    "scenario",
+    "seed",
+    "operation_id",
+    "final_status",
+    "attempts",
+    "committed_effects",
+    "duplicates_detected",
+    "event_types",
+    "invariant",
+    "invariant_held",
+    "checks",
+    "details",
+}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_every_scenario_holds_its_invariant_and_writes_a_report(name, tmp_path):
+    """Each scenario exits 0, prints a summary and writes a parseable report, invariant held."""
+    output = tmp_path / "report.json"
+    result = CliRunner().invoke(cli, ["--scenario", name, "--seed", "7", "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    assert f"scenario   {name} (seed 7)" in result.output
+    assert "invariant  HELD" in result.output
+    report = json.loads(output.read_text())
+    assert set(report) == REPORT_FIELDS
+    assert report["scenario"] == name
+    assert report["invariant_held"] is True
+    assert all(check["held"] for check in report["checks"])
+    assert report["committed_effects"] == 1
+    assert report["duplicates_detected"] == 0
+    assert report["event_types"][:2] == ["prepared", "dispatched"]
+
+
+def test_list_names_every_scenario():
+    """--list prints one line per scenario with its summary."""
+    result = CliRunner().invoke(cli, ["--list"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert [line.split()[0] for line in lines] == list(SCENARIOS)
+
+
+def test_scenario_records_into_the_given_db_and_refuses_to_rerun_over_it(tmp_path):
+    """--db keeps the ledger; running the same scenario into it again is refused, unchanged."""
+    db = tmp_path / "ledger.db"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--scenario", "before-commit", "--db", str(db)]).exit_code == 0
+    before = db.read_bytes()
+    again = runner.invoke(cli, ["--scenario", "before-commit", "--db", str(db)])
+    assert again.exit_code == 2
+    assert "already holds operation 'invoice:before-commit-0:capture'" in again.output
+    assert db.read_bytes() == before
+    other = runner.invoke(cli, ["--scenario", "pending", "--db", str(db)])
+    assert other.exit_code == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM operations").fetchone()[0] == 2
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--scenario", "no-such"], "Invalid value for '--scenario'"),
+        (["--scenario", "conflict", "--db", "{tmp}/missing/ledger.db"], "cannot create ledger"),
+        (["--scenario", "conflict", "--db", "{tmp}/notes.txt"], "is not a SQLite database"),
+        (["--scenario", "conflict", "--output", "{tmp}/missing/r.json"], "does not exist"),
+        (["--scenario", "conflict", "--output", "{tmp}"], "is a directory"),
+        (["--list", "--scenario", "conflict"], "cannot be combined"),
+        (["--seed", "3"], "need --scenario NAME"),
+        (["--scenario", "conflict", "matrix"], "cannot be combined with a command"),
+        (["matrix", "--episodes", "0"], "Invalid value for '--episodes'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(arguments, message, tmp_path):
+    """Every bad input names the problem, exits 2 and leaves the files it named untouched."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a ledger\n")
+    result = CliRunner().invoke(cli, [a.replace("{tmp}", str(tmp_path)) for a in arguments])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert notes.read_text() == "not a ledger\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_broken_contract_makes_the_matrix_fail_with_exit_1(tmp_path):
+    """A key that changes per request, declared guaranteed, is caught as duplicates: exit 1."""
+    output = tmp_path / "matrix.json"
+    result = CliRunner().invoke(
+        cli,
+        ["matrix", "--episodes", "40", "--seed", "7", "--broken-contract", "--output", str(output)],
+    )
+    assert result.exit_code == 1, result.output
+    assert "FAILED (contract deliberately broken)" in result.output
+    assert result.output.splitlines()[-1].endswith(" failed")
+    assert not result.output.splitlines()[-1].endswith(" 0 failed")
+    report = json.loads(output.read_text())
+    assert report["ok"] is False
+    assert report["kinds"]["guaranteed-key"]["duplicate_effects"] > 0
+    assert (
+        report["total"]["duplicate_effects"]
+        == report["kinds"]["guaranteed-key"]["duplicate_effects"]
+    )
+
+
+def test_matrix_prints_no_progress_bar_when_piped():
+    """Output that is not a terminal gets the table and verdict only, no progress bar."""
+    result = CliRunner().invoke(cli, ["matrix", "--episodes", "8", "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    assert "episodes  [" not in result.output
+    assert result.output.splitlines()[0].startswith("kind")
+    assert result.output.splitlines()[-2].startswith("OK: 8 episodes (seed 1)")
+    assert result.output.splitlines()[-1] == "matrix: 8 passed, 0 failed"
+
+
+def test_installed_console_script_runs_a_scenario(tmp_path):
+    """The installed agent-effect script runs a scenario in a real process and writes its report."""
+    script = Path(sys.executable).with_name("agent-effect")
+    assert script.exists(), "install the package: pip install -e ."
+    output = tmp_path / "report.json"
+    completed = subprocess.run(
+        [str(script), "--scenario", "after-commit-before-ack", "--output", str(output)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "invariant  HELD" in completed.stdout
+    report = json.loads(output.read_text())
+    assert report["final_status"] == "CONFIRMED"
+    assert report["committed_effects"] == 1
