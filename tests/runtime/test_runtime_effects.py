@@ -216,3 +216,45 @@ def test_arguments_reach_the_effect_exactly_as_the_model_sent_them(executor, pro
     """The operation's recorded arguments are the model's, so a resume has the same fingerprint."""
     AgentRuntime(script(), [capture_tool(provider)], executor).start(RUN, "pay")
     assert executor.ledger.get(OPERATION).arguments == ARGUMENTS
+
+
+def test_an_effect_left_in_doubt_by_a_tool_keeps_the_final_answer_out(executor, ledger):
+    """If a re-issued tool no longer touches its doubtful effect, the model is still not asked.
+
+    The run waits on that operation until the ledger settles it (here an operator).
+    """
+    provider = FakePaymentProvider(faults=FaultPlan({1: Fault.PENDING}, pending_probes=5))
+    capture = capture_tool(provider)
+    calls = []
+
+    def pay_invoice(invoice_id: str) -> str:
+        """Pay an invoice the first time it is asked; afterwards only report."""
+        calls.append(invoice_id)
+        if len(calls) == 1:
+            capture.execute(invoice_id, 1999)
+        return "nothing to do"
+
+    model = script(ToolCall("call-1", "pay_invoice", {"invoice_id": "INV-1042"}), "payment done")
+    runtime = AgentRuntime(model, [pay_invoice], executor)
+    assert runtime.start(RUN, "pay").waiting_on == (OPERATION,)
+    second = runtime.resume(RUN)
+    assert len(calls) == 2
+    assert second.state is RunState.WAITING
+    assert second.waiting_on == (OPERATION,)
+    assert second.final is None
+    assert model.requests == 1
+
+    assert provider.committed() == 0  # still pending at the provider
+    ledger.confirm(
+        OPERATION,
+        output={"id": "cap_000001"},
+        provider_operation_id="cap_000001",
+        actor="alice",
+        reason="settled in the dashboard",
+        evidence_reference="dashboard:cap_000001",
+    )
+    done = runtime.resume(RUN)
+    assert done.state is RunState.COMPLETED
+    assert done.final == "payment done"
+    assert done.effects == {OPERATION: EffectStatus.CONFIRMED}
+    assert provider.requests == 1
