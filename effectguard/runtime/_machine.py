@@ -21,7 +21,7 @@ from effectguard.errors import ConfigurationError
 from effectguard.model import EffectStatus
 from effectguard.runtime._invoke import CallOutcome, error_content
 from effectguard.runtime.audit import AuditAction, AuditRecord, AuditSink
-from effectguard.runtime.model import Message, ModelTurn
+from effectguard.runtime.model import Message, ModelTurn, ToolCall
 from effectguard.runtime.permissions import Decision, PermissionPolicy, ToolRequest
 from effectguard.runtime.registry import ToolRegistry
 from effectguard.runtime.state import (
@@ -240,7 +240,9 @@ class RunMachine:
             }
         )
         record.pending.remove(pending)
-        self.trace(TraceKind.TOOL_RESULT, pending, is_error=is_error, content=content)
+        # Outputs stay out of telemetry (they may hold personal data); our own errors do not.
+        detail = {"error": content} if is_error else {"size": len(content)}
+        self.trace(TraceKind.TOOL_RESULT, pending, is_error=is_error, **detail)
         yield SaveStep(record)
 
     def _arguments(
@@ -263,7 +265,7 @@ class RunMachine:
         call = pending.call
         tool = self.tools.get(call.name)
         if pending.phase is CallPhase.NEW:
-            self.trace(TraceKind.TOOL_CALL, pending, arguments=call.to_json()["arguments"])
+            self.trace(TraceKind.TOOL_CALL, pending, arguments=_traced_arguments(call, tool))
             if tool is None:
                 available = ", ".join(self.tools.names()) or "none"
                 self.audit(AuditAction.TOOL_UNKNOWN, pending)
@@ -360,6 +362,17 @@ class RunMachine:
             }
             self.trace(TraceKind.EFFECT, pending, operation_id=op, **details)
             self.audit(AuditAction.EFFECT_STATUS, pending, operation_id=op, **details)
+
+
+def _traced_arguments(call: ToolCall, tool: ToolDefinition | None) -> Any:
+    """The call's arguments for the trace, without the values its contract redacts."""
+    redact = frozenset() if tool is None or tool.contract is None else tool.contract.redact
+    if not redact:
+        return call.to_json()["arguments"]
+    arguments, _ = parse_arguments(call.arguments)
+    if arguments is None:
+        return "[unparsed arguments of a tool with redacted parameters]"
+    return {name: "[redacted]" if name in redact else value for name, value in arguments.items()}
 
 
 def initial_messages(value: str | Sequence[Message]) -> list[Message]:

@@ -119,3 +119,17 @@ def test_a_failing_trace_sink_never_stops_a_run(executor, provider, caplog):
     runtime = AgentRuntime(script(), [capture_tool(provider)], executor, trace=Broken())
     assert runtime.start(RUN, "pay").state is RunState.COMPLETED
     assert "trace sink failed" in caplog.text
+
+
+def test_redacted_arguments_and_tool_outputs_stay_out_of_the_trace(executor, provider, trace):
+    """The trace never holds a value the contract redacts, nor a tool's output."""
+    tool = capture_tool(provider, redact=["amount_cents"])
+    result = AgentRuntime(script(), [tool], executor, trace=trace).start(RUN, "pay")
+    assert result.state is RunState.COMPLETED
+    text = repr(trace.of(RUN))
+    assert "1999" not in text
+    assert "cap_000001" not in text
+    [call] = trace.of(RUN, TraceKind.TOOL_CALL)
+    assert call.data["arguments"] == {"invoice_id": "INV-1042", "amount_cents": "[redacted]"}
+    [output] = trace.of(RUN, TraceKind.TOOL_RESULT)
+    assert output.data["size"] > 0
