@@ -126,6 +126,7 @@ class ToolDefinition:
         if not isinstance(tool_name, str):
             msg = f"cannot name the tool {func!r}; pass name="
             raise ConfigurationError(msg)
+        _refuse_unbound_method(func, tool_name)
         if not is_effect(func):
             _refuse_required_key(func, tool_name)
         schema = function_schema(func, name=tool_name)
@@ -135,6 +136,19 @@ class ToolDefinition:
             parameters=schema.parameters,
             handler=func,
         )
+
+
+def _refuse_unbound_method(func: Callable[..., Any], name: str) -> None:
+    try:
+        parameters = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return
+    if parameters and parameters[0] in ("self", "cls"):
+        msg = (
+            f"tool {name} takes {parameters[0]!r}: pass the method bound to its object "
+            "(obj.method), or use ToolRegistry.discover(obj)"
+        )
+        raise ConfigurationError(msg)
 
 
 def _refuse_required_key(func: Callable[..., Any], name: str) -> None:

@@ -147,3 +147,10 @@ def test_a_plain_function_requiring_a_key_must_be_decorated():
 
     with pytest.raises(ConfigurationError, match="decorate it with @effect"):
         ToolDefinition.from_function(send)
+
+
+def test_an_unbound_method_is_refused_with_the_way_to_bind_it(provider):
+    """Payments.capture_payment (no instance) is not a tool; obj.capture_payment is."""
+    with pytest.raises(ConfigurationError, match=r"obj\.method"):
+        ToolRegistry([Payments.capture_payment])
+    assert ToolRegistry([Payments(provider).capture_payment]).names() == ["capture_payment"]
