@@ -1,0 +1,89 @@
+"""The agent runtime: contracted tools, WAITING runs and safe resume.
+
+Import it from here (``from effectguard.runtime import AgentRuntime``); the
+top-level ``effectguard`` package does not import it, so a tool that only
+uses ``@effect`` never loads the runtime.
+"""
+
+from effectguard.runtime.audit import (
+    AuditAction,
+    AuditRecord,
+    AuditSink,
+    InMemoryAuditSink,
+    JsonLinesAuditSink,
+)
+from effectguard.runtime.checkpoints import CheckpointStore, InMemoryCheckpointStore
+from effectguard.runtime.errors import (
+    ApprovalNotPendingError,
+    CheckpointConflictError,
+    CheckpointError,
+    RunExistsError,
+    RunNotFoundError,
+    RuntimeStateError,
+    ScriptExhaustedError,
+)
+from effectguard.runtime.model import Message, Model, ModelTurn, ScriptedModel, ToolCall
+from effectguard.runtime.permissions import (
+    Decision,
+    PermissionPolicy,
+    ToolRequest,
+    allow_all,
+    allow_list,
+    require_approval,
+)
+from effectguard.runtime.registry import ToolLike, ToolRegistry
+from effectguard.runtime.runtime import AgentRuntime
+from effectguard.runtime.schema import function_schema, parse_docstring
+from effectguard.runtime.sqlite_checkpoints import SQLiteCheckpointStore
+from effectguard.runtime.state import ApprovalRequest, RunResult, RunState
+from effectguard.runtime.tools import ToolDefinition
+from effectguard.runtime.trace import (
+    InMemoryTraceSink,
+    JsonLinesTraceSink,
+    TraceEvent,
+    TraceKind,
+    TraceSink,
+)
+
+__all__ = [
+    "AgentRuntime",
+    "ApprovalNotPendingError",
+    "ApprovalRequest",
+    "AuditAction",
+    "AuditRecord",
+    "AuditSink",
+    "CheckpointConflictError",
+    "CheckpointError",
+    "CheckpointStore",
+    "Decision",
+    "InMemoryAuditSink",
+    "InMemoryCheckpointStore",
+    "InMemoryTraceSink",
+    "JsonLinesAuditSink",
+    "JsonLinesTraceSink",
+    "Message",
+    "Model",
+    "ModelTurn",
+    "PermissionPolicy",
+    "RunExistsError",
+    "RunNotFoundError",
+    "RunResult",
+    "RunState",
+    "RuntimeStateError",
+    "SQLiteCheckpointStore",
+    "ScriptExhaustedError",
+    "ScriptedModel",
+    "ToolCall",
+    "ToolDefinition",
+    "ToolLike",
+    "ToolRegistry",
+    "ToolRequest",
+    "TraceEvent",
+    "TraceKind",
+    "TraceSink",
+    "allow_all",
+    "allow_list",
+    "function_schema",
+    "parse_docstring",
+    "require_approval",
+]
