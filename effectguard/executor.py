@@ -53,6 +53,11 @@ class EffectExecutor:
         self.ledger = ledger
         self._states = StateMachine(ledger, clock, poll_interval)
 
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between reads while ``wait_seconds`` waits for another worker."""
+        return self._states.poll_interval
+
     def __repr__(self) -> str:
         return f"EffectExecutor({self.ledger!r})"
 
