@@ -1,7 +1,16 @@
-"""Shared fixtures: every ledger test runs against each backend through ``make_ledger``."""
+"""Shared fixtures: every ledger test runs against each backend through ``make_ledger``.
+
+PostgreSQL tests need ``EFFECTGUARD_TEST_POSTGRES_URL`` (a database they may
+create and drop schemas in); without it they skip, unless
+``EFFECTGUARD_REQUIRE_POSTGRES=1`` (as in CI), which makes that a failure.
+Each test gets its own fresh schema, dropped afterwards.
+"""
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +20,72 @@ import pytest
 from effectguard.ledger import EffectLedger, open_ledger
 
 #: Backends every conformance test runs against.
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
+
+POSTGRES_URL = "EFFECTGUARD_TEST_POSTGRES_URL"
+REQUIRE_POSTGRES = "EFFECTGUARD_REQUIRE_POSTGRES"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that runs on PostgreSQL, so ``-m "not postgres"`` deselects them."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("backend") == "postgres":
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The PostgreSQL server's URL; skips (or fails, when required) without a reachable one."""
+    url = os.environ.get(POSTGRES_URL, "").strip()
+    required = os.environ.get(REQUIRE_POSTGRES, "").strip() not in ("", "0")
+
+    def unavailable(reason: str) -> None:
+        if required:
+            pytest.fail(f"{reason} (and {REQUIRE_POSTGRES}=1 is set)", pytrace=False)
+        pytest.skip(
+            f"{reason}: set {POSTGRES_URL}=postgresql://USER@HOST:5432/DBNAME (a database "
+            "the tests may create and drop schemas in) to run the PostgreSQL tests"
+        )
+
+    if not url:
+        unavailable(f"{POSTGRES_URL} is not set")
+    try:
+        import psycopg  # noqa: PLC0415 - only PostgreSQL tests need the driver
+    except ModuleNotFoundError:
+        unavailable("psycopg is not installed (pip install -e '.[dev,postgres]')")
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        unavailable(f"cannot reach the PostgreSQL server at {POSTGRES_URL}: {exc}")
+    return url
+
+
+def postgres_schema_url(url: str, schema: str) -> str:
+    """Return ``url`` with its ledger schema set to ``schema``."""
+    return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+def drop_postgres_schema(url: str, schema: str) -> None:
+    """Drop ``schema`` and everything in it."""
+    import psycopg  # noqa: PLC0415
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def postgres_schema(postgres_url: str) -> Iterator[str]:
+    """A schema name nobody uses yet; dropped after the test, whatever created it."""
+    schema = f"eg_test_{uuid.uuid4().hex[:16]}"
+    yield schema
+    drop_postgres_schema(postgres_url, schema)
+
+
+@pytest.fixture
+def postgres_target(postgres_url: str, postgres_schema: str) -> str:
+    """A ``postgresql://`` URL naming this test's own, empty ledger schema."""
+    return postgres_schema_url(postgres_url, postgres_schema)
 
 
 class FakeClock:
@@ -21,9 +95,11 @@ class FakeClock:
         self.now = start
 
     def __call__(self) -> float:
+        """Return the current fake time, in epoch seconds."""
         return self.now
 
     def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
         self.now += seconds
 
 
@@ -40,11 +116,43 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def ledger_target(backend: str, tmp_path: Path) -> str:
+def ledger_target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """What ``open_ledger`` takes to open this test's own, empty ledger."""
     if backend == "sqlite":
         return str(tmp_path / "ledger.db")
+    if backend == "postgres":
+        target: str = request.getfixturevalue("postgres_target")
+        return target
     raise AssertionError(backend)
+
+
+@pytest.fixture
+def ledger_sql(backend: str, ledger_target: str) -> Callable[..., None]:
+    """Run one SQL statement (``?`` placeholders) on this test's ledger storage, bypassing it.
+
+    For tampering: the tables and the columns tests touch (``operations``,
+    ``events``: ``operation_id``, ``seq``, ``evidence``) have the same names on every backend.
+    """
+
+    def execute(statement: str, *params: Any) -> None:
+        if backend == "sqlite":
+            conn = sqlite3.connect(ledger_target)
+            try:
+                with conn:
+                    conn.execute(statement, params)
+            finally:
+                conn.close()
+            return
+        import psycopg  # noqa: PLC0415
+
+        from effectguard.ledger._postgres_sql import split_target  # noqa: PLC0415
+
+        conninfo, schema = split_target(ledger_target, None)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            conn.execute(statement.replace("?", "%s"), params)
+
+    return execute
 
 
 @pytest.fixture
