@@ -57,7 +57,9 @@ def postgres_url() -> str:
     try:
         psycopg.connect(url, connect_timeout=5).close()
     except psycopg.Error as exc:
-        unavailable(f"cannot reach the PostgreSQL server at {POSTGRES_URL}: {exc}")
+        unavailable(
+            f"cannot reach the server at {POSTGRES_URL}: {str(exc).strip().splitlines()[0]}"
+        )
     return url
 
 
