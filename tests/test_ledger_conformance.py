@@ -616,3 +616,26 @@ def test_a_closed_ledger_refuses_to_serve(make_ledger, clock):
         ledger.get("invoice:INV-1:capture")
     with pytest.raises(LedgerUnavailableError):
         ledger.claim(operation("op-2"), CLAIM_EVENTS, now=clock())
+
+
+def test_many_handles_opening_a_fresh_ledger_at_once_all_work(make_ledger, clock):
+    """Handles opened on one fresh ledger by racing threads all create, migrate and write it."""
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def open_and_claim(index: int) -> None:
+        try:
+            barrier.wait()
+            make_ledger().claim(operation(f"op-{index}"), CLAIM_EVENTS, now=clock())
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_and_claim, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    report = make_ledger().verify()
+    assert report.ok
+    assert report.operations_checked == 8

@@ -237,10 +237,16 @@ class SQLiteEffectLedger:
 
     def _prepare(self, conn: _Connection) -> None:
         """Check the file is a ledger this library can use, then migrate it forward."""
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if application_id != APPLICATION_ID:
+        # One read transaction, so the three reads see one snapshot: read one by one,
+        # another thread's migration committing in between looks like a foreign file.
+        conn.execute("BEGIN")
+        try:
+            application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
             tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        finally:
+            conn.execute("COMMIT")
+        if application_id != APPLICATION_ID:
             if tables:
                 msg = f"{self.path} is a SQLite database but not an effectguard ledger"
                 raise LedgerSchemaError(msg)
