@@ -63,31 +63,33 @@ def postgres_url() -> str:
     return url
 
 
-def postgres_schema_url(url: str, schema: str) -> str:
-    """Return ``url`` with its ledger schema set to ``schema``."""
+def with_schema(url: str, schema: str) -> str:
+    """Return ``url`` with its ledger schema set to ``schema`` (a ``?schema=`` parameter)."""
     return f"{url}{'&' if '?' in url else '?'}schema={schema}"
 
 
-def drop_postgres_schema(url: str, schema: str) -> None:
-    """Drop ``schema`` and everything in it."""
-    import psycopg  # noqa: PLC0415
+@pytest.fixture
+def postgres_schemas(postgres_url: str) -> Iterator[Callable[[], str]]:
+    """Make schema names nobody uses yet; each one is dropped after the test, whoever created it."""
+    made: list[str] = []
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    def make() -> str:
+        made.append(f"eg_test_{uuid.uuid4().hex[:16]}")
+        return made[-1]
+
+    yield make
+    if made:
+        import psycopg  # noqa: PLC0415
+
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            for schema in made:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture
-def postgres_schema(postgres_url: str) -> Iterator[str]:
-    """A schema name nobody uses yet; dropped after the test, whatever created it."""
-    schema = f"eg_test_{uuid.uuid4().hex[:16]}"
-    yield schema
-    drop_postgres_schema(postgres_url, schema)
-
-
-@pytest.fixture
-def postgres_target(postgres_url: str, postgres_schema: str) -> str:
+def postgres_target(postgres_url: str, postgres_schemas: Callable[[], str]) -> str:
     """A ``postgresql://`` URL naming this test's own, empty ledger schema."""
-    return postgres_schema_url(postgres_url, postgres_schema)
+    return with_schema(postgres_url, postgres_schemas())
 
 
 class FakeClock:
