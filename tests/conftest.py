@@ -30,7 +30,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that runs on PostgreSQL, so ``-m "not postgres"`` deselects them."""
     for item in items:
         callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("backend") == "postgres":
+        on_postgres = callspec is not None and callspec.params.get("backend") == "postgres"
+        if on_postgres or "postgres_url" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.postgres)
 
 

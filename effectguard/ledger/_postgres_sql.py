@@ -151,7 +151,11 @@ def split_target(url: str, schema: str | None) -> tuple[str, str]:
     Naming the schema both ways, differently, is a ConfigurationError.
     """
     conninfo, from_url = url, None
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        msg = f"invalid PostgreSQL URL: {exc}"
+        raise ConfigurationError(msg) from exc
     if parts.scheme in _URL_SCHEMES and parts.query:
         kept, found = [], []
         for item in parts.query.split("&"):
