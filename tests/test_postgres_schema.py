@@ -173,7 +173,7 @@ def test_sessions_commit_durably_even_when_the_server_default_is_off(postgres_ur
     with psycopg.connect(split_target(off, None)[0]) as plain:
         assert plain.execute("SHOW synchronous_commit").fetchone() == ("off",)
     with PostgresEffectLedger(off) as ledger:
-        setting = ledger._run(lambda conn: conn.execute("SHOW synchronous_commit").fetchone())
+        setting = ledger._db.run(lambda conn: conn.execute("SHOW synchronous_commit").fetchone())
     assert setting == ("on",)
 
 
