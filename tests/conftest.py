@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,33 @@ BACKENDS = ["sqlite", "postgres"]
 
 POSTGRES_URL = "EFFECTGUARD_TEST_POSTGRES_URL"
 REQUIRE_POSTGRES = "EFFECTGUARD_REQUIRE_POSTGRES"
+
+
+def postgres_required() -> bool:
+    """True when PostgreSQL tests must run (CI): a skip of one is then a failure."""
+    return os.environ.get(REQUIRE_POSTGRES, "").strip() not in ("", "0")
+
+
+def import_psycopg() -> Any:
+    """Return the psycopg module; skip the calling test module without it (fail when required)."""
+    try:
+        import psycopg  # noqa: PLC0415 - only PostgreSQL tests need the driver
+    except ModuleNotFoundError:
+        reason = "psycopg is not installed: pip install -e '.[dev,postgres]'"
+        if postgres_required():
+            pytest.fail(f"{reason}, and {REQUIRE_POSTGRES}=1 is set", pytrace=False)
+        pytest.skip(f"PostgreSQL tests skipped: {reason}", allow_module_level=True)
+    return psycopg
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
+    """When PostgreSQL is required, a PostgreSQL test that skipped for any reason fails."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and postgres_required() and item.get_closest_marker("postgres"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but {REQUIRE_POSTGRES}=1 is set: {report.longrepr}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,28 +66,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def postgres_url() -> str:
     """The PostgreSQL server's URL; skips (or fails, when required) without a reachable one."""
     url = os.environ.get(POSTGRES_URL, "").strip()
-    required = os.environ.get(REQUIRE_POSTGRES, "").strip() not in ("", "0")
 
     def unavailable(reason: str) -> None:
-        if required:
-            pytest.fail(f"{reason} (and {REQUIRE_POSTGRES}=1 is set)", pytrace=False)
-        pytest.skip(
-            f"{reason}: set {POSTGRES_URL}=postgresql://USER@HOST:5432/DBNAME (a database "
-            "the tests may create and drop schemas in) to run the PostgreSQL tests"
-        )
+        if postgres_required():
+            pytest.fail(f"{reason}, and {REQUIRE_POSTGRES}=1 is set", pytrace=False)
+        pytest.skip(f"PostgreSQL tests skipped: {reason}")
 
     if not url:
-        unavailable(f"{POSTGRES_URL} is not set")
+        unavailable(
+            f"set {POSTGRES_URL}=postgresql://USER@HOST:5432/DBNAME (a database they may "
+            "create and drop schemas in) to run them"
+        )
     try:
         import psycopg  # noqa: PLC0415 - only PostgreSQL tests need the driver
     except ModuleNotFoundError:
-        unavailable("psycopg is not installed (pip install -e '.[dev,postgres]')")
+        unavailable("psycopg is not installed: pip install -e '.[dev,postgres]'")
     try:
         psycopg.connect(url, connect_timeout=5).close()
     except psycopg.Error as exc:
-        unavailable(
-            f"cannot reach the server at {POSTGRES_URL}: {str(exc).strip().splitlines()[0]}"
-        )
+        first = str(exc).strip().splitlines()[0]
+        unavailable(f"cannot reach the server {POSTGRES_URL} names: {first}")
     return url
 
 

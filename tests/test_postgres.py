@@ -11,20 +11,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _postgres_worker import capture_contract
 from _tcp_proxy import TcpProxy
-from conftest import with_schema
+from conftest import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError
 from effectguard._process import current_owner
 from effectguard.fingerprint import request_fingerprint
 from effectguard.ledger import open_ledger
 from effectguard.ledger.base import EventDraft, Lease, NewOperation
-from effectguard.ledger.postgres import PostgresEffectLedger
 from effectguard.model import EventType, LeaseOwner
 from effectguard.testkit import FakePaymentProvider
 
-psycopg = pytest.importorskip("psycopg")
+psycopg = import_psycopg()
+
+from _postgres_worker import capture_contract  # noqa: E402 - needs psycopg
+
+from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: E402
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

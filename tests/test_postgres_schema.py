@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from conftest import with_schema
+from conftest import import_psycopg, with_schema
 
 from effectguard.errors import (
     ConfigurationError,
@@ -22,7 +19,7 @@ from effectguard.ledger import open_ledger
 from effectguard.ledger.base import EventDraft, Lease, NewOperation
 from effectguard.model import EffectStatus, EventType, LeaseOwner
 
-psycopg = pytest.importorskip("psycopg")
+psycopg = import_psycopg()
 
 from effectguard.ledger import postgres as pg_ledger  # noqa: E402 - needs psycopg
 from effectguard.ledger._postgres_sql import split_target  # noqa: E402
@@ -287,44 +284,3 @@ def test_an_unreachable_server_is_a_clear_ledger_unavailable_error():
     """A server that cannot be reached is LedgerUnavailableError naming where, at once."""
     with pytest.raises(LedgerUnavailableError, match=r"cannot connect to ledger postgresql://"):
         open_ledger(UNREACHABLE, timeout=1)
-
-
-def test_sqlite_users_never_need_psycopg(tmp_path):
-    """Without psycopg, effectguard imports and runs on SQLite; PostgreSQL names the extra."""
-    script = textwrap.dedent(
-        f"""
-        import sys
-
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("psycopg", "psycopg_pool", "psycopg_binary"):
-                    raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-
-        sys.meta_path.insert(0, Block())
-        import effectguard
-        from effectguard import *
-        from effectguard.ledger import open_ledger
-        from effectguard.errors import ConfigurationError
-
-        ledger = open_ledger({str(tmp_path / "ledger.db")!r})
-        assert ledger.list_operations() == []
-        try:
-            open_ledger("postgresql://localhost/db")
-        except ConfigurationError as exc:
-            assert "pip install 'effectguard[postgres]'" in str(exc), exc
-        else:
-            raise AssertionError("no error")
-        try:
-            effectguard.PostgresEffectLedger
-        except ImportError as exc:
-            assert "effectguard[postgres]" in str(exc), exc
-        else:
-            raise AssertionError("no error")
-        assert "psycopg" not in sys.modules
-        print("ok")
-        """
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, check=False
-    )
-    assert done.stdout.strip() == "ok", done.stderr
