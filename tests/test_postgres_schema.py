@@ -174,6 +174,18 @@ def test_sessions_commit_durably_even_when_the_server_default_is_off(postgres_ur
     assert setting == ("on",)
 
 
+@pytest.mark.parametrize("prepared", [True, False])
+def test_prepared_statements_can_be_turned_off_for_poolers(postgres_target, prepared):
+    """With ``prepared_statements=False`` no statement is ever prepared on the server."""
+    with PostgresEffectLedger(postgres_target, pool_size=1, prepared_statements=prepared) as ledger:
+        for _ in range(8):
+            ledger.get("op-1")
+        count = ledger._db.run(
+            lambda conn: conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+        )
+    assert (count[0] > 0) is prepared
+
+
 def test_the_server_clock_dates_writes_without_a_now(postgres_url, postgres_target):
     """Without ``now`` or ``clock=``, times come from the database server's clock."""
     with PostgresEffectLedger(postgres_target) as ledger:

@@ -70,7 +70,15 @@ def describe(conninfo: str) -> str:
 class Connections:
     """This process's connections to one ledger, and the boundary its driver errors stop at."""
 
-    def __init__(self, conninfo: str, *, label: str, pool_size: int, timeout: float) -> None:
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        label: str,
+        pool_size: int,
+        timeout: float,
+        prepared_statements: bool = True,
+    ) -> None:
         self.label = label
         self.pool_size = pool_size
         self.timeout = timeout
@@ -79,6 +87,9 @@ class Connections:
             "autocommit": True,
             "fallback_application_name": "effectguard",
         }
+        if not prepared_statements:
+            # A transaction-pooling PgBouncer before 1.21 cannot carry them between sessions.
+            self._kwargs["prepare_threshold"] = None
         if "connect_timeout" not in _parse(conninfo):
             self._kwargs["connect_timeout"] = max(2, round(timeout))
         self._lock = threading.Lock()

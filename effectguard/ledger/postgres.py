@@ -97,7 +97,10 @@ class PostgresEffectLedger:
     schema, or a schema holding tables that are not a ledger, is refused with
     :class:`LedgerSchemaError` and left as it was. ``pool_size`` caps this
     process's connections; ``timeout`` is how long a call waits for one.
-    ``clock`` (epoch seconds) replaces the server's clock when a call passes no ``now``.
+    ``prepared_statements=False`` keeps psycopg from preparing statements on the
+    server, for poolers that cannot carry them (PgBouncer in transaction mode
+    before 1.21). ``clock`` (epoch seconds) replaces the server's clock when a
+    call passes no ``now``.
     """
 
     def __init__(
@@ -108,6 +111,7 @@ class PostgresEffectLedger:
         pool_size: int = 5,
         timeout: float = 10.0,
         create: bool = True,
+        prepared_statements: bool = True,
         clock: Callable[[], float] | None = None,
     ) -> None:
         if not isinstance(url, str):
@@ -130,6 +134,7 @@ class PostgresEffectLedger:
             label=f"ledger {self._where} (schema {self.schema})",
             pool_size=pool_size,
             timeout=self.timeout,
+            prepared_statements=prepared_statements,
         )
         self._prepare(create=create)
 
