@@ -245,7 +245,7 @@ def test_stored_json_comes_back_exactly_as_written(ledger, clock):
     """Outputs, arguments and evidence keep their exact JSON text, so hashes still verify."""
     claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
     output = '{"amount":1.0,"big":1e+20,"name":"Zoë","nested":{"b":[1,2.5,null]}}'
-    evidence = {"big": 1e20, "tiny": 1.5e-7, "text": "naïve \u2603", "none": None}
+    evidence = {"big": 1e20, "tiny": 1.5e-7, "text": "naïve \u2603 \U0001f600", "nul": "a\x00b"}
     ledger.transition(
         claimed.operation_id,
         Expect(lease_token=TOKEN_A),

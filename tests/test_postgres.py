@@ -163,7 +163,7 @@ def test_processes_migrating_an_empty_database_at_once_all_succeed(
         assert group.everyone(with_schema(postgres_url, schema)) == ["ok"] * 3
         with psycopg.connect(postgres_url) as conn:
             versions = conn.execute(
-                f'SELECT version FROM "{schema}".schema_version ORDER BY version'  # noqa: S608
+                f'SELECT version FROM "{schema}".effectguard_migrations ORDER BY version'  # noqa: S608
             ).fetchall()
         assert versions == [(1,), (2,)]
 

@@ -48,7 +48,7 @@ def query(url: str, statement: str) -> list[tuple[object, ...]]:
 
 
 def versions(url: str, schema: str) -> list[int]:
-    rows = query(url, f'SELECT version FROM "{schema}".schema_version ORDER BY version')  # noqa: S608
+    rows = query(url, f'SELECT version FROM "{schema}".effectguard_migrations ORDER BY version')  # noqa: S608
     return [int(version) for (version,) in rows]
 
 
@@ -63,7 +63,7 @@ def test_a_fresh_ledger_is_created_in_its_own_schema(postgres_url, postgres_sche
         postgres_url,
         f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}' ORDER BY 1",  # noqa: S608
     )
-    assert tables == [("events",), ("operations",), ("schema_version",)]
+    assert tables == [("effectguard_migrations",), ("events",), ("operations",)]
 
 
 def test_the_schema_comes_from_the_argument_or_the_url_else_effectguard():
@@ -84,7 +84,7 @@ def test_an_older_ledger_is_migrated_forward_keeping_its_data(postgres_url, post
         schema = ledger.schema
     for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
         query(postgres_url, f'DROP INDEX "{schema}".{index}')
-    query(postgres_url, f'DELETE FROM "{schema}".schema_version WHERE version > 1')  # noqa: S608
+    query(postgres_url, f'DELETE FROM "{schema}".effectguard_migrations WHERE version > 1')  # noqa: S608
     with PostgresEffectLedger(postgres_target) as ledger:
         assert ledger.get("op-1").status is EffectStatus.DISPATCHED
         assert ledger.verify().ok
@@ -103,7 +103,7 @@ def test_a_newer_ledger_is_refused_and_left_untouched(postgres_url, postgres_tar
         ledger.claim(operation(), CLAIM_EVENTS)
         schema = ledger.schema
     newer = SCHEMA_VERSION + 1
-    query(postgres_url, f'INSERT INTO "{schema}".schema_version (version) VALUES ({newer})')  # noqa: S608
+    query(postgres_url, f'INSERT INTO "{schema}".effectguard_migrations (version) VALUES ({newer})')  # noqa: S608
     with pytest.raises(LedgerSchemaError, match=f"schema version {newer}, newer than"):
         PostgresEffectLedger(postgres_target)
     assert versions(postgres_url, schema) == [*range(1, SCHEMA_VERSION + 1), newer]

@@ -211,7 +211,7 @@ class Statements:
         s = self.qualified
         return (
             "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s),"
-            f" to_regclass('{s}.schema_version') IS NOT NULL,"
+            f" to_regclass('{s}.effectguard_migrations') IS NOT NULL,"
             f" to_regclass('{s}.operations') IS NOT NULL"
             f" OR to_regclass('{s}.events') IS NOT NULL"
         )
@@ -219,13 +219,13 @@ class Statements:
     @property
     def version(self) -> str:
         """The highest migration applied."""
-        return f"SELECT coalesce(max(version), 0) FROM {self.qualified}.schema_version"
+        return f"SELECT coalesce(max(version), 0) FROM {self.qualified}.effectguard_migrations"
 
     @property
     def bootstrap(self) -> str:
         """The table that records which migrations have been applied."""
         return (
-            f"CREATE TABLE IF NOT EXISTS {self.qualified}.schema_version ("
+            f"CREATE TABLE IF NOT EXISTS {self.qualified}.effectguard_migrations ("
             " version integer PRIMARY KEY,"
             " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
         )
@@ -233,7 +233,7 @@ class Statements:
     @property
     def record_version(self) -> str:
         """Record one applied migration."""
-        return f"INSERT INTO {self.qualified}.schema_version (version) VALUES (%s)"
+        return f"INSERT INTO {self.qualified}.effectguard_migrations (version) VALUES (%s)"
 
     @property
     def select_one(self) -> str:
