@@ -258,11 +258,11 @@ class SQLiteEffectLedger:
             raise LedgerSchemaError(msg)
         if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
             if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+                self._enable_wal(conn)
             self._ready = True
             return
         # The journal mode cannot change inside a transaction; WAL is persistent.
-        conn.execute("PRAGMA journal_mode = WAL")
+        self._enable_wal(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Another process may have migrated while this one waited for the lock.
@@ -279,6 +279,22 @@ class SQLiteEffectLedger:
                 conn.execute("ROLLBACK")
             raise
         self._ready = True
+
+    def _enable_wal(self, conn: _Connection) -> None:
+        """Switch the file to WAL, waiting up to the busy timeout for other connections."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+            except sqlite3.OperationalError as exc:
+                # Two connections switching a new file at once would deadlock on the
+                # lock upgrade, so SQLite answers one "locked" at once instead of
+                # calling its busy handler: wait here as the busy timeout would.
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
+            else:
+                return
 
     def _open(self) -> _Connection:
         if self._closed:
