@@ -160,11 +160,12 @@ def ledger_target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
 def ledger_sql(backend: str, ledger_target: str) -> Callable[..., None]:
     """Run one SQL statement (``?`` placeholders) on this test's ledger storage, bypassing it.
 
-    For tampering: the tables and the columns tests touch (``operations``,
-    ``events``: ``operation_id``, ``seq``, ``evidence``) have the same names on every backend.
+    For tampering: tables and columns have the same names on every backend,
+    except an event's time, which the statement writes as ``{at}``.
     """
 
     def execute(statement: str, *params: Any) -> None:
+        statement = statement.replace("{at}", "at_us" if backend == "sqlite" else "at")
         if backend == "sqlite":
             conn = sqlite3.connect(ledger_target)
             try:

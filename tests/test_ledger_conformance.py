@@ -289,6 +289,27 @@ def test_fenced_writes_are_refused_and_change_nothing(ledger, clock, case):
     assert len(ledger.events(claimed.operation_id)) == 2
 
 
+def test_a_transition_whose_events_cannot_be_stored_changes_nothing(ledger, ledger_sql, clock):
+    """When the events cannot be written, the row keeps its old values: both or neither."""
+    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    # A stray third event makes the transition's own third event collide.
+    ledger_sql(
+        "INSERT INTO events SELECT operation_id, 3, type, from_status, to_status, attempt,"
+        " {at}, evidence, hash FROM events WHERE operation_id = ? AND seq = 2",
+        claimed.operation_id,
+    )
+    with pytest.raises(LedgerUnavailableError):
+        ledger.transition(
+            claimed.operation_id,
+            Expect(lease_token=TOKEN_A),
+            Changes(EffectStatus.CONFIRMED, lease=None, output_json="1"),
+            [event()],
+            now=clock() + 1,
+        )
+    assert ledger.get(claimed.operation_id, now=clock()) == claimed
+    assert len(ledger.events(claimed.operation_id)) == 3
+
+
 def test_transition_of_an_unknown_operation_is_not_found(ledger, clock):
     """Writing an operation that was never claimed raises OperationNotFoundError."""
     with pytest.raises(OperationNotFoundError):

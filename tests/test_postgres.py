@@ -18,8 +18,8 @@ from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError
 from effectguard._process import current_owner
 from effectguard.fingerprint import request_fingerprint
 from effectguard.ledger import open_ledger
-from effectguard.ledger.base import EventDraft, Lease, NewOperation
-from effectguard.model import EventType, LeaseOwner
+from effectguard.ledger.base import Changes, EventDraft, Expect, Lease, NewOperation
+from effectguard.model import EventType, LeaseOwner, OverlapHolder
 from effectguard.testkit import FakePaymentProvider
 
 psycopg = import_psycopg()
@@ -331,3 +331,50 @@ def test_a_lease_held_on_another_host_is_never_presumed_gone(ledger, clock, tmp_
     record = ledger.get("invoice:INV-4:capture", now=clock())
     assert record.overlap_risk
     assert [holder.owner for holder in record.overlap] == [owner]
+
+
+def test_postgres_and_sqlite_keep_identical_records(ledger, tmp_path, clock):
+    """The same writes at the same instants give equal records, events and chain hashes."""
+    sqlite = open_ledger(tmp_path / "ledger.db")
+    owner = LeaseOwner("host-a", "boot", "pid:[1]", 7, "9")
+    first, second = "t1", "t2"  # lease tokens
+    arguments = {"invoice_id": "INV-5", "amount_cents": 500, "memo": "naïve 😀", "f": 0.1}
+    claim_events = [
+        EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
+        EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
+    ]
+    try:
+        for store in (ledger, sqlite):
+            store.claim(
+                NewOperation(
+                    "op-5", "capture", 2, "f" * 64, "key-5", arguments, 3, Lease(first, owner, 12.5)
+                ),
+                claim_events,
+                now=clock() + 0.000001,
+            )
+            store.transition(
+                "op-5",
+                Expect(lease_token=first),
+                Changes(
+                    EffectStatus.RECONCILING,
+                    lease=Lease(second, owner, 30),
+                    reason="probing",
+                    evidence={"handler": "timed out", "big": 1e20},
+                    overlap=(OverlapHolder(first, 1, owner),),
+                ),
+                [
+                    EventDraft(
+                        EventType.OUTCOME_UNKNOWN,
+                        EffectStatus.DISPATCHED,
+                        EffectStatus.OUTCOME_UNKNOWN,
+                        1,
+                        {"handler": "timed out"},
+                    )
+                ],
+                now=clock() + 2.5,
+            )
+        at = clock() + 10
+        assert ledger.get("op-5", now=at) == sqlite.get("op-5", now=at)
+        assert ledger.events("op-5") == sqlite.events("op-5")
+    finally:
+        sqlite.close()
