@@ -1,4 +1,7 @@
-"""The ledger contract, checked against every backend in ``BACKENDS``."""
+"""The ledger contract, checked against every backend in ``BACKENDS``: writes and reads.
+
+Verify and operator resolution are in ``test_ledger_conformance_history.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,72 +9,21 @@ import threading
 from datetime import UTC, timedelta
 
 import pytest
-
-from effectguard.errors import (
-    FencedWriteError,
-    IllegalTransitionError,
-    LedgerUnavailableError,
-    OperationNotFoundError,
-)
-from effectguard.ledger.base import (
-    Changes,
-    EffectLedger,
-    EventDraft,
-    Expect,
-    Lease,
-    NewOperation,
-)
-from effectguard.model import EffectStatus, EventType, LeaseOwner, from_micros
-
-OWNER = LeaseOwner("host-a.example", "boot-a", "pid:[1]", 4242, "17")
-OTHER = LeaseOwner("host-b.example", "boot-b", "pid:[1]", 5353, "99")
-DISPATCHED = EffectStatus.DISPATCHED
-# Lease tokens, not secrets.
-TOKEN_A, TOKEN_B, TOKEN_Z = "token-a", "token-b", "token-z"
-CLAIM_EVENTS = (
-    EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-    EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, DISPATCHED, 1),
+from _ledger_samples import (
+    CLAIM_EVENTS,
+    DISPATCHED,
+    OTHER,
+    OWNER,
+    TOKEN_A,
+    TOKEN_B,
+    TOKEN_Z,
+    event,
+    operation,
 )
 
-
-def operation(
-    operation_id: str = "invoice:INV-1:capture",
-    *,
-    token: str = TOKEN_A,
-    contract: str = "capture",
-    seconds: float = 30.0,
-    fingerprint: str = "f" * 64,
-) -> NewOperation:
-    return NewOperation(
-        operation_id=operation_id,
-        contract=contract,
-        contract_version=1,
-        fingerprint=fingerprint,
-        provider_key=f"key:{operation_id}",
-        arguments={"invoice_id": "INV-1", "amount_cents": 1250, "note": "café ☕"},
-        attempt_budget=3,
-        lease=Lease(token, OWNER, seconds),
-    )
-
-
-def event(
-    type_: EventType = EventType.CONFIRMED,
-    to: EffectStatus = EffectStatus.CONFIRMED,
-    evidence: dict[str, object] | None = None,
-) -> EventDraft:
-    return EventDraft(type_, DISPATCHED, to, 1, evidence or {})
-
-
-def quarantine(ledger: EffectLedger, operation_id: str, now: float) -> None:
-    """Leave ``operation_id`` QUARANTINED with no lease, as the executor would."""
-    ledger.transition(
-        operation_id,
-        Expect(lease_token=TOKEN_A),
-        Changes(EffectStatus.QUARANTINED, lease=None, reason="probe could not tell"),
-        [event(EventType.QUARANTINED, EffectStatus.QUARANTINED)],
-        now=now,
-    )
-
+from effectguard.errors import FencedWriteError, LedgerUnavailableError, OperationNotFoundError
+from effectguard.ledger.base import Changes, EventDraft, Expect, Lease
+from effectguard.model import EffectStatus, EventType, from_micros
 
 # -- claim ---------------------------------------------------------------------------------
 
@@ -488,144 +440,6 @@ def test_list_operations_is_newest_first_and_filters(ledger, clock):
     assert [r.operation_id for r in ledger.list_operations(limit=2)] == ["op-0", "op-3"]
     with pytest.raises(ValueError, match="limit"):
         ledger.list_operations(limit=0)
-
-
-# -- verify ----------------------------------------------------------------------------------
-
-
-def three_operations(ledger: EffectLedger, now: float) -> None:
-    """Claim three operations and confirm each, three events apiece."""
-    for index in range(3):
-        ledger.claim(operation(f"op-{index}"), CLAIM_EVENTS, now=now)
-        ledger.transition(
-            f"op-{index}",
-            Expect(lease_token=TOKEN_A),
-            Changes(EffectStatus.CONFIRMED, lease=None, output_json="1"),
-            [event(evidence={"n": index})],
-            now=now + 1,
-        )
-
-
-def test_verify_reports_a_clean_ledger_as_ok(ledger, clock):
-    """An untouched ledger verifies, counting every operation and event."""
-    three_operations(ledger, clock())
-    report = ledger.verify()
-    assert report.ok
-    assert (report.operations_checked, report.events_checked) == (3, 9)
-
-
-def test_verify_detects_an_edited_event(ledger, ledger_sql, clock):
-    """Editing an event's evidence breaks its hash, and verify names it."""
-    three_operations(ledger, clock())
-    ledger_sql(
-        "UPDATE events SET evidence = ? WHERE operation_id = ? AND seq = ?", '{"n":7}', "op-1", 3
-    )
-    report = ledger.verify()
-    assert not report.ok
-    assert {(p.operation_id, p.seq) for p in report.problems} == {("op-1", 3)}
-    assert "edited or reordered" in report.problems[0].problem
-
-
-def test_verify_detects_a_deleted_event(ledger, ledger_sql, clock):
-    """Deleting an event leaves a gap and a count that no longer matches the row."""
-    three_operations(ledger, clock())
-    ledger_sql("DELETE FROM events WHERE operation_id = ? AND seq = ?", "op-2", 2)
-    report = ledger.verify()
-    assert not report.ok
-    assert {p.operation_id for p in report.problems} == {"op-2"}
-    text = " ".join(p.problem for p in report.problems)
-    assert "missing or out of order" in text
-    assert "records 3 events but 2 are stored" in text
-
-
-def test_verify_detects_a_deleted_last_event(ledger, ledger_sql, clock):
-    """Deleting the newest event no longer matches the chain head kept on the row."""
-    three_operations(ledger, clock())
-    ledger_sql("DELETE FROM events WHERE operation_id = ? AND seq = ?", "op-0", 3)
-    problems = ledger.verify().problems
-    assert {p.operation_id for p in problems} == {"op-0"}
-    assert any("chain head" in p.problem for p in problems)
-
-
-def test_verify_detects_a_reordered_chain(ledger, ledger_sql, clock):
-    """Swapping two events' places breaks the chain from the first swapped event."""
-    three_operations(ledger, clock())
-    for statement, params in [
-        ("UPDATE events SET seq = -1 WHERE operation_id = ? AND seq = 2", ("op-0",)),
-        ("UPDATE events SET seq = 2 WHERE operation_id = ? AND seq = 3", ("op-0",)),
-        ("UPDATE events SET seq = 3 WHERE operation_id = ? AND seq = -1", ("op-0",)),
-    ]:
-        ledger_sql(statement, *params)
-    problems = ledger.verify().problems
-    assert {p.operation_id for p in problems} == {"op-0"}
-    assert {p.seq for p in problems if p.seq is not None} == {2, 3}
-
-
-def test_verify_reports_events_without_an_operation(ledger, ledger_sql, clock):
-    """Events whose operation row was deleted are reported, not silently skipped."""
-    three_operations(ledger, clock())
-    ledger_sql("DELETE FROM operations WHERE operation_id = ?", "op-1")
-    report = ledger.verify()
-    assert report.operations_checked == 2
-    assert {p.operation_id for p in report.problems} == {"op-1"}
-
-
-# -- operator resolution ---------------------------------------------------------------------
-
-
-def test_operator_confirm_records_the_output_and_the_audit(ledger, clock):
-    """An operator confirmation stores the output to replay and who vouched for it."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
-    quarantine(ledger, claimed.operation_id, clock())
-    record = ledger.confirm(
-        claimed.operation_id,
-        output={"id": "cap_9"},
-        provider_operation_id="cap_9",
-        actor="ops@example.com",
-        reason="found in the provider dashboard",
-        evidence_reference="TICKET-12",
-    )
-    assert record.status is EffectStatus.CONFIRMED
-    assert (record.output, record.provider_operation_id) == ({"id": "cap_9"}, "cap_9")
-    last = ledger.events(claimed.operation_id)[-1]
-    assert last.type is EventType.OPERATOR_CONFIRMED
-    assert last.evidence["actor"] == "ops@example.com"
-    assert last.evidence["evidence_reference"] == "TICKET-12"
-    assert last.evidence["host"]
-    assert ledger.verify().ok
-
-
-def test_operator_retry_authorization_allows_one_more_attempt(ledger, clock):
-    """Authorizing a retry moves the operation to PREPARED with a budget of one more attempt."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
-    quarantine(ledger, claimed.operation_id, clock())
-    record = ledger.authorize_retry(
-        claimed.operation_id,
-        actor="ops",
-        reason="provider says no charge",
-        evidence_reference="T-1",
-    )
-    assert record.status is EffectStatus.PREPARED
-    assert record.attempt_budget == claimed.attempts + 1
-    assert ledger.events(claimed.operation_id)[-1].type is EventType.OPERATOR_RETRY_AUTHORIZED
-
-
-def test_operator_actions_that_make_no_sense_are_refused(ledger, clock):
-    """Rejecting a confirmed operation is refused and leaves it as it was."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
-    quarantine(ledger, claimed.operation_id, clock())
-    ledger.reject(claimed.operation_id, actor="ops", reason="declined", evidence_reference="T-2")
-    before = ledger.get(claimed.operation_id, now=clock())
-    with pytest.raises(IllegalTransitionError, match="it is REJECTED"):
-        ledger.confirm(
-            claimed.operation_id,
-            output=None,
-            provider_operation_id=None,
-            actor="ops",
-            reason="oops",
-            evidence_reference="T-3",
-        )
-    assert ledger.get(claimed.operation_id, now=clock()) == before
 
 
 def test_a_closed_ledger_refuses_to_serve(make_ledger, clock):
