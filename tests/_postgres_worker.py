@@ -31,7 +31,7 @@ def capture_contract(provider: FakePaymentProvider, *, guaranteed: bool) -> Effe
 
 
 def say(message: str) -> None:
-    print(message, flush=True)  # noqa: T201 - the parent reads stdout
+    print(message, flush=True)
 
 
 def contest(url: str, provider_path: str, count: int) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from _tcp_proxy import TcpProxy
-from conftest import import_psycopg, with_schema
+from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError
 from effectguard._process import current_owner

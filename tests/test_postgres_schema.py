@@ -7,7 +7,7 @@ import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
-from conftest import import_psycopg, with_schema
+from postgres_support import import_psycopg, with_schema
 
 from effectguard.errors import (
     ConfigurationError,
