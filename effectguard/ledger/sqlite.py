@@ -30,7 +30,6 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.fingerprint import canonical_json, chain_hash
-from effectguard.ledger import resolution
 from effectguard.ledger.base import (
     UNSET,
     Changes,
@@ -41,6 +40,7 @@ from effectguard.ledger.base import (
     check_chain,
     describe_mismatch,
 )
+from effectguard.ledger.resolution import OperatorResolution
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -130,7 +130,7 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-class SQLiteEffectLedger:
+class SQLiteEffectLedger(OperatorResolution):
     """An :class:`~effectguard.ledger.base.EffectLedger` in one SQLite file.
 
     The file is created with mode 0600 on the first write, never by a read;
@@ -622,45 +622,6 @@ class SQLiteEffectLedger:
             problems.extend(check_chain(pending[0], 0, b"", [self._event(pending)]))
             pending = event_rows.fetchone()
         return VerifyReport(operations, events_checked, tuple(problems))
-
-    # -- operator resolution -----------------------------------------------------------
-
-    def confirm(
-        self,
-        operation_id: str,
-        *,
-        output: Any,
-        provider_operation_id: str | None,
-        actor: str,
-        reason: str,
-        evidence_reference: str,
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.confirm`."""
-        return resolution.confirm(
-            self,
-            operation_id,
-            output=output,
-            provider_operation_id=provider_operation_id,
-            actor=actor,
-            reason=reason,
-            evidence_reference=evidence_reference,
-        )
-
-    def reject(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.reject`."""
-        return resolution.reject(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
-
-    def authorize_retry(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.authorize_retry`."""
-        return resolution.authorize_retry(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
 
     def close(self) -> None:
         """Close every connection this ledger opened, in any thread."""
