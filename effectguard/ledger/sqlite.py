@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from effectguard._files import create_private_file
 from effectguard.errors import (
     FencedWriteError,
     LedgerLockedError,
@@ -207,13 +208,10 @@ class SQLiteEffectLedger(OperatorResolution):
 
     def _create_file(self) -> None:
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return
+            create_private_file(self.path)
         except OSError as exc:
             msg = f"cannot create ledger {self.path}: {exc.strerror}"
             raise LedgerUnavailableError(msg) from exc
-        os.close(fd)
 
     def _connect(self) -> _Connection:
         with self._translate():
