@@ -9,6 +9,8 @@ it has finished cancelling, can send nothing more.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
 import enum
 import inspect
 import threading
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from effectguard.errors import EffectRejected
-from effectguard.model import OutcomeProbeResult
+from effectguard.model import OutcomeProbeResult, ProbeStatus
 
 __all__ = [
     "HandlerOutcome",
@@ -81,31 +83,64 @@ def _discard(value: object) -> None:
 
 
 class _ThreadRun:
-    """A handler call in its own thread that a caller may stop waiting for."""
+    """A call in its own daemon thread that its caller may stop waiting for.
 
-    def __init__(self, call: Callable[[], Any], on_late: Callable[[HandlerOutcome], None]) -> None:
+    Until the caller abandons it, the outcome is handed to the caller; after
+    that, to ``on_late``, in the call's own thread. A daemon thread of its own,
+    not an executor's pool, so that no event loop or pool shutdown waits for it
+    or drops what it returns.
+    """
+
+    def __init__(
+        self,
+        call: Callable[[], Any],
+        on_late: Callable[[HandlerOutcome], None],
+        notify: Callable[[], None] | None = None,
+    ) -> None:
         self._call = call
         self._on_late = on_late
+        self._notify = notify
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._outcome: HandlerOutcome | None = None
         self._abandoned = False
 
-    def run(self) -> None:
+    def start(self, name: str) -> None:
+        # A copy of the caller's context, so context variables (a lent executor) reach the call.
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(self._run,), name=name, daemon=True).start()
+
+    def _run(self) -> None:
         outcome = classify(self._call)
         with self._lock:
-            if not self._abandoned:
+            abandoned = self._abandoned
+            if not abandoned:
                 self._outcome = outcome
                 self._done.set()
-                return
-        self._on_late(outcome)
+        if abandoned:
+            self._on_late(outcome)
+        elif self._notify is not None:
+            self._notify()
 
-    def wait(self, timeout: float) -> HandlerOutcome | None:
-        self._done.wait(timeout)
+    def abandon(self) -> HandlerOutcome | None:
+        """Stop waiting: return the outcome if there is one, else hand it to ``on_late`` later."""
         with self._lock:
             if self._outcome is None:
                 self._abandoned = True
             return self._outcome
+
+    def wait(self, timeout: float) -> HandlerOutcome:
+        interrupted: BaseException | None = None
+        try:
+            self._done.wait(timeout)
+        except BaseException as exc:  # noqa: BLE001 - Ctrl-C while waiting: the call goes on
+            interrupted = exc
+        outcome = self.abandon()
+        if interrupted is None:
+            return outcome or HandlerOutcome(Outcome.TIMED_OUT, still_running=True)
+        if outcome is not None:
+            self._on_late(outcome)  # it ended just as the wait was interrupted
+        return HandlerOutcome(Outcome.INTERRUPTED, error=interrupted, still_running=True)
 
 
 def call_in_thread(
@@ -118,20 +153,66 @@ def call_in_thread(
     """Run ``call`` in a daemon thread, waiting at most ``timeout`` seconds.
 
     On time it returns the classified outcome. Past the deadline it returns
-    TIMED_OUT with ``still_running=True``, and ``on_late`` receives the real
-    outcome in that thread whenever the call finally ends.
+    TIMED_OUT with ``still_running=True`` (INTERRUPTED, if the wait itself was
+    interrupted), and ``on_late`` receives the real outcome whenever the call
+    finally ends. The thread runs in a copy of the caller's context, so
+    context variables (an executor lent by a runtime) reach it.
     """
     run = _ThreadRun(call, on_late)
-    thread = threading.Thread(target=run.run, name=name, daemon=True)
-    thread.start()
-    outcome = run.wait(timeout)
-    if outcome is None:
-        return HandlerOutcome(Outcome.TIMED_OUT, still_running=True)
-    return outcome
+    run.start(name)
+    return run.wait(timeout)
 
 
-async def call_async(make: Callable[[], Awaitable[Any]], limit: float | None) -> HandlerOutcome:
-    """Await an async handler, cancelling it after ``limit`` seconds and waiting until it stops."""
+async def call_thread_async(
+    call: Callable[[], Any],
+    limit: float | None,
+    on_late: Callable[[HandlerOutcome], None],
+    *,
+    name: str,
+) -> HandlerOutcome:
+    """Like :func:`call_in_thread`, awaited on the event loop (``limit`` None: no deadline).
+
+    If the awaiting task is cancelled, the thread cannot be: the result is
+    INTERRUPTED with ``still_running=True`` and ``on_late`` receives the real outcome.
+    """
+    loop = asyncio.get_running_loop()
+    finished = asyncio.Event()
+
+    def notify() -> None:
+        loop.call_soon_threadsafe(finished.set)
+
+    run = _ThreadRun(call, on_late, notify=notify)
+    run.start(name)
+    try:
+        await asyncio.wait_for(finished.wait(), limit)
+    except TimeoutError:
+        pass
+    except asyncio.CancelledError as exc:
+        outcome = run.abandon()
+        if outcome is not None:
+            # It ended just as the caller was cancelled: record it off the event loop.
+            threading.Thread(target=on_late, args=(outcome,), name=name, daemon=True).start()
+        return HandlerOutcome(Outcome.INTERRUPTED, error=exc, still_running=True)
+    return run.abandon() or HandlerOutcome(Outcome.TIMED_OUT, still_running=True)
+
+
+def _task_outcome(task: asyncio.Future[Any]) -> HandlerOutcome:
+    if task.cancelled():
+        return HandlerOutcome(Outcome.INTERRUPTED, error=asyncio.CancelledError())
+    return classify(task.result)
+
+
+async def call_async(
+    make: Callable[[], Awaitable[Any]],
+    limit: float | None,
+    on_late: Callable[[HandlerOutcome], None] | None = None,
+) -> HandlerOutcome:
+    """Await an async handler, cancelling it after ``limit`` seconds and waiting until it stops.
+
+    If the caller itself is cancelled, the handler is cancelled too, but it may
+    not have stopped yet: the result is INTERRUPTED with ``still_running=True``
+    and ``on_late`` receives the handler's real outcome once it has ended.
+    """
     task = asyncio.ensure_future(make())
     try:
         done, _ = await asyncio.wait({task}, timeout=limit)
@@ -139,9 +220,13 @@ async def call_async(make: Callable[[], Awaitable[Any]], limit: float | None) ->
             task.cancel()
             await asyncio.wait({task})
     except asyncio.CancelledError as exc:
-        # The caller itself is being cancelled: stop the handler and say whether it stopped.
         task.cancel()
-        return HandlerOutcome(Outcome.INTERRUPTED, error=exc, still_running=not task.done())
+        if task.done():
+            return HandlerOutcome(Outcome.INTERRUPTED, error=exc)
+        if on_late is not None:
+            late = on_late
+            task.add_done_callback(lambda ended: late(_task_outcome(ended)))
+        return HandlerOutcome(Outcome.INTERRUPTED, error=exc, still_running=True)
     if task.cancelled():
         return HandlerOutcome(Outcome.TIMED_OUT, still_running=False)
     return classify(task.result)
@@ -150,7 +235,14 @@ async def call_async(make: Callable[[], Awaitable[Any]], limit: float | None) ->
 def probe_result(value: Any) -> OutcomeProbeResult:
     """Return ``value`` if it is a probe result, else an UNKNOWN one saying what came back."""
     if isinstance(value, OutcomeProbeResult):
-        return value
+        if isinstance(value.status, ProbeStatus):
+            return value
+        try:
+            return dataclasses.replace(value, status=ProbeStatus(value.status))
+        except ValueError:
+            return OutcomeProbeResult.unknown(
+                {"error": f"probe returned an unknown status {value.status!r}"}
+            )
     return OutcomeProbeResult.unknown(
         {"error": f"probe returned {type(value).__name__}, not OutcomeProbeResult"}
     )

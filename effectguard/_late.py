@@ -17,6 +17,8 @@ __all__ = ["record_late"]
 
 logger = logging.getLogger("effectguard")
 
+#: Re-reads after losing a race with another writer; each loss means the row moved on,
+#: so a handful suffices unless the operation is extremely busy (then: log and give up).
 _ATTEMPTS = 8
 
 
@@ -40,7 +42,8 @@ def record_late(
         record = ledger.get(operation_id, now=now())
         if record is None:
             return
-        remaining = tuple(h for h in record.overlap if h.token != token)
+        # One lease token serves every attempt of a call: only this attempt has ended.
+        remaining = tuple(h for h in record.overlap if (h.token, h.attempt) != (token, attempt))
         evidence: dict[str, Any] = {"attempt": attempt, "handler": outcome.describe()}
         if isinstance(stored, Stored) and not record.status.terminal:
             changes = Changes(

@@ -19,7 +19,7 @@ from effectguard import _process
 from effectguard._handler import HandlerOutcome, Outcome
 from effectguard._late import record_late
 from effectguard._lease import KEEPER, TOKENS, abandoned, live_overlap
-from effectguard._outputs import Stored, decode, store
+from effectguard._outputs import Stored, decode, jsonable, store
 from effectguard._reconcile import Verdict, decide
 from effectguard.contract import EffectContract
 from effectguard.errors import EffectRejected, FencedWriteError, OperationConflictError
@@ -347,14 +347,12 @@ class StateMachine:
             elif outcome.kind is Outcome.REJECTED:
                 error = outcome.error
                 assert isinstance(error, EffectRejected)  # noqa: S101 - by classification
+                rejection = jsonable(error.evidence)
                 changes = Changes(
-                    EffectStatus.REJECTED,
-                    lease=None,
-                    reason=error.reason,
-                    evidence=error.evidence,
+                    EffectStatus.REJECTED, lease=None, reason=str(error.reason), evidence=rejection
                 )
                 event = EventDraft(
-                    EventType.REJECTED, dispatched, EffectStatus.REJECTED, attempt, error.evidence
+                    EventType.REJECTED, dispatched, EffectStatus.REJECTED, attempt, rejection
                 )
                 rejected = yield self.write(call, fence, changes, event)
                 return self.result(call, rejected, replayed=False)
@@ -401,7 +399,12 @@ class StateMachine:
             return reconciling  # noqa: TRY300 - every branch above writes under the same fence
         except FencedWriteError:
             # Another worker took the operation over: what this handler did is evidence only.
-            yield LedgerStep(lambda: self.record_late(call, token, attempt, outcome))
+            # A handler still running records its outcome itself when it ends; recording
+            # "timed out" now would clear the overlap risk it still carries.
+            if not outcome.still_running:
+                yield LedgerStep(lambda: self.record_late(call, token, attempt, outcome))
+            if outcome.kind is Outcome.INTERRUPTED and outcome.error is not None:
+                raise outcome.error from None
             current = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
             return self.result(call, current, replayed=False)
 
@@ -427,7 +430,7 @@ class StateMachine:
         )
         evidence: dict[str, Any] = {
             "probe": None if probe is None else probe.status.value,
-            "probe_evidence": {} if probe is None else dict(probe.evidence),
+            "probe_evidence": {} if probe is None else jsonable(probe.evidence),
             "overlap_risk": bool(overlap),
         }
         if isinstance(stored, str):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,7 +13,7 @@ from effectguard.errors import ConfigurationError
 from effectguard.fingerprint import canonical_json
 from effectguard.model import OperationRecord
 
-__all__ = ["Stored", "decode", "store"]
+__all__ = ["Stored", "decode", "jsonable", "store"]
 
 logger = logging.getLogger("effectguard")
 
@@ -63,3 +65,28 @@ def decode(contract: EffectContract, record: OperationRecord) -> Any:
             f"contract {contract.name!r}'s codec: {exc}"
         )
         raise ConfigurationError(msg) from exc
+
+
+def jsonable(evidence: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``evidence`` as a JSON-encodable dict; values without a JSON form become ``repr``.
+
+    Evidence comes from user code (probes, ``EffectRejected``); a ``datetime`` in it
+    must never stop an outcome from being recorded.
+    """
+    try:
+        canonical_json(dict(evidence))
+    except TypeError:
+        return {str(key): _coerce(value) for key, value in evidence.items()}
+    return dict(evidence)
+
+
+def _coerce(value: Any) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, Mapping):
+        return {str(key): _coerce(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_coerce(item) for item in value]
+    return repr(value)

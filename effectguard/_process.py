@@ -25,16 +25,24 @@ def _read(path: str) -> str:
 
 
 def _stat_fields(pid: int) -> list[str] | None:
-    """Return the fields of ``/proc/<pid>/stat`` after the command name, or None if absent."""
-    text = _read(f"/proc/{pid}/stat")
-    if not text:
+    """Return the fields of ``/proc/<pid>/stat`` after the command name, or None if absent.
+
+    Only a missing entry means absent. Any other failure to read it (no file
+    descriptors left, ``hidepid``) raises ``OSError``: it proves nothing.
+    """
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+    except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name is in parentheses and may itself contain ") ", so split at the last one.
     return text.rpartition(")")[2].split()
 
 
 def _start_time(pid: int) -> str:
-    fields = _stat_fields(pid)
+    try:
+        fields = _stat_fields(pid)
+    except OSError:
+        return ""
     # Field 22 of stat (index 19 after the name): start time in clock ticks since boot.
     return fields[19] if fields is not None and len(fields) > 19 else ""  # noqa: PLR2004
 
@@ -87,7 +95,10 @@ def process_gone(owner: LeaseOwner) -> bool:
         return False
     if owner.pid == me.pid and owner.start_time == me.start_time:
         return False
-    fields = _stat_fields(owner.pid)
+    try:
+        fields = _stat_fields(owner.pid)
+    except OSError:
+        return False  # unreadable is not absent: presume it alive
     if fields is None:
         if Path("/proc/self").is_dir():
             return True

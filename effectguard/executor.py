@@ -9,7 +9,9 @@ and :meth:`EffectExecutor.execute_async` with ledger I/O kept off the event loop
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -146,12 +148,7 @@ class EffectExecutor:
         if isinstance(step, LedgerStep):
             return await asyncio.to_thread(step.run)
         if isinstance(step, HandlerStep):
-            if inspect.iscoroutinefunction(call.handler):
-                return await _handler.call_async(
-                    lambda: call.handler(call.arguments, idempotency_key=call.provider_key),
-                    call.contract.handler_timeout,
-                )
-            return await asyncio.to_thread(self._call_handler, call, step)
+            return await self._call_handler_async(call, step)
         if isinstance(step, ProbeStep):
             probe = call.contract.outcome_probe
             if inspect.iscoroutinefunction(probe):
@@ -172,19 +169,45 @@ class EffectExecutor:
         if timeout is None:
             return _handler.classify(invoke)
         TOKENS.hold(step.token)  # the handler's thread keeps the token active until it ends
-
-        def late(outcome: HandlerOutcome) -> None:
-            try:
-                self._states.record_late(call, step.token, step.attempt, outcome)
-            finally:
-                TOKENS.release(step.token)
-
         outcome = _handler.call_in_thread(
-            invoke, timeout, late, name=f"effectguard-handler-{call.operation_id}"
+            invoke,
+            timeout,
+            functools.partial(self._record_late_and_release, call, step),
+            name=f"effectguard-handler-{call.operation_id}",
         )
         if not outcome.still_running:
             TOKENS.release(step.token)
         return outcome
+
+    async def _call_handler_async(self, call: Call, step: HandlerStep) -> HandlerOutcome:
+        # The token stays active for as long as the handler may run, which can outlast
+        # this call (a deadline, a cancelled caller): only then is the lease provably idle.
+        TOKENS.hold(step.token)
+        late = functools.partial(self._record_late_and_release, call, step)
+        if inspect.iscoroutinefunction(call.handler):
+            outcome = await _handler.call_async(
+                lambda: call.handler(call.arguments, idempotency_key=call.provider_key),
+                call.contract.handler_timeout,
+                lambda ended: _in_thread(late, ended),
+            )
+        else:
+            outcome = await _handler.call_thread_async(
+                lambda: call.handler(call.arguments, idempotency_key=call.provider_key),
+                call.contract.handler_timeout,
+                late,
+                name=f"effectguard-handler-{call.operation_id}",
+            )
+        if not outcome.still_running:
+            TOKENS.release(step.token)
+        return outcome
+
+    def _record_late_and_release(
+        self, call: Call, step: HandlerStep, outcome: HandlerOutcome
+    ) -> None:
+        try:
+            self._states.record_late(call, step.token, step.attempt, outcome)
+        finally:
+            TOKENS.release(step.token)
 
     def _call_probe(self, call: Call) -> OutcomeProbeResult:
         probe = call.contract.outcome_probe
@@ -241,3 +264,10 @@ class EffectExecutor:
 
 async def _await(value: Any) -> Any:
     return await value
+
+
+def _in_thread(work: Callable[[HandlerOutcome], None], outcome: HandlerOutcome) -> None:
+    """Run ``work(outcome)`` in a daemon thread: ledger I/O never blocks the event loop."""
+    threading.Thread(
+        target=work, args=(outcome,), name="effectguard-late-result", daemon=True
+    ).start()

@@ -30,8 +30,9 @@ class EffectStatus(enum.StrEnum):
     """Where an operation stands.
 
     CONFIRMED and REJECTED are terminal and replayed to every later caller.
-    QUARANTINED leaves only through an audited operator resolution (or the late
-    return of the very handler whose outcome was in doubt).
+    QUARANTINED leaves only through an audited operator resolution, or when one
+    of the operation's own handlers, past its deadline or its lease, returns an
+    output that passes the postcondition (the provider's own acknowledgement).
     """
 
     PREPARED = "PREPARED"
