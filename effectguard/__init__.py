@@ -6,6 +6,8 @@ provider's probe and retried only when the provider's contract makes a resend
 safe, otherwise it is quarantined for an operator.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from effectguard.codec import DataclassCodec, PydanticCodec
 from effectguard.config import Configuration, configure
 from effectguard.contract import EffectContract, OutputCodec, UnknownOutcomePolicy
@@ -101,3 +103,21 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from effectguard.ledger.postgres import PostgresEffectLedger as PostgresEffectLedger
+
+
+def __getattr__(name: str) -> Any:
+    # PostgresEffectLedger is public but imported on first use, and left out of
+    # __all__, so that SQLite users never need psycopg: not even for
+    # ``import effectguard`` or ``from effectguard import *``.
+    if name == "PostgresEffectLedger":
+        try:
+            from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: PLC0415
+        except ModuleNotFoundError as exc:
+            msg = f"PostgresEffectLedger needs psycopg: pip install 'effectguard[postgres]' ({exc})"
+            raise ImportError(msg, name=name) from exc
+        return PostgresEffectLedger
+    msg = f"module 'effectguard' has no attribute {name!r}"
+    raise AttributeError(msg)

@@ -1,17 +1,97 @@
-"""Shared fixtures: every ledger test runs against each backend through ``make_ledger``."""
+"""Shared fixtures: every ledger test runs against each backend through ``make_ledger``.
+
+PostgreSQL tests need ``EFFECTGUARD_TEST_POSTGRES_URL`` (a database they may
+create and drop schemas in); without it they skip, unless
+``EFFECTGUARD_REQUIRE_POSTGRES=1`` (as in CI), which makes that a failure.
+Each test gets its own fresh schema, dropped afterwards.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import os
+import sqlite3
+import uuid
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from postgres_support import POSTGRES_URL, REQUIRE_POSTGRES, postgres_required, with_schema
 
 from effectguard.ledger import EffectLedger, open_ledger
 
 #: Backends every conformance test runs against.
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
+    """When PostgreSQL is required, a PostgreSQL test that skipped for any reason fails."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and postgres_required() and item.get_closest_marker("postgres"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but {REQUIRE_POSTGRES}=1 is set: {report.longrepr}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that runs on PostgreSQL, so ``-m "not postgres"`` deselects them."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("backend") == "postgres"
+        if on_postgres or "postgres_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """The PostgreSQL server's URL; skips (or fails, when required) without a reachable one."""
+    url = os.environ.get(POSTGRES_URL, "").strip()
+
+    def unavailable(reason: str) -> None:
+        if postgres_required():
+            pytest.fail(f"{reason}, and {REQUIRE_POSTGRES}=1 is set", pytrace=False)
+        pytest.skip(f"PostgreSQL tests skipped: {reason}")
+
+    if not url:
+        unavailable(
+            f"set {POSTGRES_URL}=postgresql://USER@HOST:5432/DBNAME (a database they may "
+            "create and drop schemas in) to run them"
+        )
+    try:
+        import psycopg  # noqa: PLC0415 - only PostgreSQL tests need the driver
+    except ModuleNotFoundError:
+        unavailable("psycopg is not installed: pip install -e '.[dev,postgres]'")
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0]
+        unavailable(f"cannot reach the server {POSTGRES_URL} names: {first}")
+    return url
+
+
+@pytest.fixture
+def postgres_schemas(postgres_url: str) -> Iterator[Callable[[], str]]:
+    """Make schema names nobody uses yet; each one is dropped after the test, whoever created it."""
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(f"eg_test_{uuid.uuid4().hex[:16]}")
+        return made[-1]
+
+    yield make
+    if made:
+        import psycopg  # noqa: PLC0415
+
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            for schema in made:
+                conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def postgres_target(postgres_url: str, postgres_schemas: Callable[[], str]) -> str:
+    """A ``postgresql://`` URL naming this test's own, empty ledger schema."""
+    return with_schema(postgres_url, postgres_schemas())
 
 
 class FakeClock:
@@ -42,11 +122,44 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def ledger_target(backend: str, tmp_path: Path) -> str:
+def ledger_target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """What ``open_ledger`` takes to open this test's own, empty ledger."""
     if backend == "sqlite":
         return str(tmp_path / "ledger.db")
+    if backend == "postgres":
+        target: str = request.getfixturevalue("postgres_target")
+        return target
     raise AssertionError(backend)
+
+
+@pytest.fixture
+def ledger_sql(backend: str, ledger_target: str) -> Callable[..., None]:
+    """Run one SQL statement (``?`` placeholders) on this test's ledger storage, bypassing it.
+
+    For tampering: tables and columns have the same names on every backend,
+    except an event's time, which the statement writes as ``{at}``.
+    """
+
+    def execute(statement: str, *params: Any) -> None:
+        statement = statement.replace("{at}", "at_us" if backend == "sqlite" else "at")
+        if backend == "sqlite":
+            conn = sqlite3.connect(ledger_target)
+            try:
+                with conn:
+                    conn.execute(statement, params)
+            finally:
+                conn.close()
+            return
+        import psycopg  # noqa: PLC0415
+
+        from effectguard.ledger._postgres_sql import split_target  # noqa: PLC0415
+
+        conninfo, schema = split_target(ledger_target, None)
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{schema}"')
+            conn.execute(statement.replace("?", "%s"), params)
+
+    return execute
 
 
 @pytest.fixture

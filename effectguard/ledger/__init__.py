@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 from typing import Any
 
@@ -12,27 +11,30 @@ from effectguard.ledger.base import EffectLedger
 __all__ = ["EffectLedger", "open_ledger"]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_DRIVERS = frozenset({"psycopg", "psycopg_pool"})
 
 
 def open_ledger(target: str | os.PathLike[str] | EffectLedger, **options: Any) -> EffectLedger:
     """Return the ledger ``target`` names.
 
     A ``postgresql://`` (or ``postgres://``) URL opens a PostgreSQL ledger
-    (install ``effectguard[postgres]``); any other string or path opens a
-    SQLite ledger file; a ledger object is returned as it is. ``options`` go to
-    the backend's constructor (``create=False`` makes a missing SQLite file an error).
+    (install ``effectguard[postgres]``; ``?schema=name`` picks its schema); any
+    other string or path opens a SQLite ledger file; a ledger object is returned
+    as it is. ``options`` go to the backend's constructor (``create=False``
+    makes a missing ledger an error instead of creating it).
     """
     if isinstance(target, EffectLedger):
         return target
     if isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES):
         # Imported only here, so that SQLite users never need psycopg.
         try:
-            module = importlib.import_module("effectguard.ledger.postgres")
+            from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: PLC0415
         except ModuleNotFoundError as exc:
+            if exc.name not in _DRIVERS:
+                raise
             msg = f"a PostgreSQL ledger needs psycopg: pip install 'effectguard[postgres]' ({exc})"
             raise ConfigurationError(msg) from exc
-        ledger: EffectLedger = module.PostgresEffectLedger(target, **options)
-        return ledger
+        return PostgresEffectLedger(target, **options)
     if isinstance(target, (str, os.PathLike)):
         from effectguard.ledger.sqlite import SQLiteEffectLedger  # noqa: PLC0415
 

@@ -1,0 +1,220 @@
+"""Connections to a PostgreSQL ledger: the one module that imports the driver.
+
+One ``psycopg_pool`` pool per process, opened on first use: a child made by
+``fork()`` opens its own and never uses or closes its parent's connections, so
+the parent's sessions stay intact. Driver errors are translated here, at one
+boundary, into :class:`~effectguard.errors.LedgerUnavailableError` (or a
+subclass), always ``from`` the driver's error. A call whose connection broke
+raises :class:`ConnectionLost`, so the ledger can decide whether running it
+again is safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from effectguard.errors import ConfigurationError, LedgerLockedError, LedgerUnavailableError
+
+__all__ = ["Connection", "ConnectionLost", "Connections", "describe"]
+
+T = TypeVar("T")
+
+#: A connection as the ledger uses it: autocommit, rows as tuples.
+Connection = psycopg.Connection[tuple[Any, ...]]
+
+# Pools inherited across fork() belong to the parent: the child keeps them
+# referenced so they are never collected, and never uses or closes them.
+_INHERITED: list[object] = []
+_LIVE: weakref.WeakSet[Connections] = weakref.WeakSet()
+
+
+class ConnectionLost(LedgerUnavailableError):
+    """The connection broke during a call; whether a write in it committed is unknown."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _parse(conninfo: str) -> dict[str, Any]:
+    try:
+        return conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        msg = f"invalid PostgreSQL URL: {_first_line(exc)}"
+        raise ConfigurationError(msg) from exc
+
+
+def describe(conninfo: str) -> str:
+    """Return where ``conninfo`` points, as a URL without its password.
+
+    Raises ConfigurationError when libpq cannot parse it.
+    """
+    params = _parse(conninfo)
+    user = f"{params['user']}@" if params.get("user") else ""
+    host = str(params.get("host") or "localhost")
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"postgresql://{user}{host}{port}/{params.get('dbname') or ''}"
+
+
+class Connections:
+    """This process's connections to one ledger, and the boundary its driver errors stop at."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        label: str,
+        pool_size: int,
+        timeout: float,
+        prepared_statements: bool = True,
+    ) -> None:
+        self.label = label
+        self.pool_size = pool_size
+        self.timeout = timeout
+        self._conninfo = conninfo
+        self._kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "fallback_application_name": "effectguard",
+        }
+        if not prepared_statements:
+            # A transaction-pooling PgBouncer before 1.21 cannot carry them between sessions.
+            self._kwargs["prepare_threshold"] = None
+        if "connect_timeout" not in _parse(conninfo):
+            self._kwargs["connect_timeout"] = max(2, round(timeout))
+        self._lock = threading.Lock()
+        self._pool: ConnectionPool[Connection] | None = None
+        self._closed = False
+        _LIVE.add(self)
+
+    @contextlib.contextmanager
+    def translate(self) -> Iterator[None]:
+        """Turn any driver error raised inside into a LedgerUnavailableError (or subclass)."""
+        try:
+            yield
+        except PoolTimeout as exc:
+            msg = f"{self.label} is unavailable: no connection within {self.timeout:g}s"
+            raise LedgerUnavailableError(msg) from exc
+        except PoolClosed as exc:
+            msg = f"{self.label} is closed"
+            raise LedgerUnavailableError(msg) from exc
+        except (
+            pg_errors.LockNotAvailable,
+            pg_errors.DeadlockDetected,
+            pg_errors.QueryCanceled,
+        ) as exc:
+            msg = f"{self.label} is locked by another writer: {_first_line(exc)}"
+            raise LedgerLockedError(msg) from exc
+        except pg_errors.UndefinedTable as exc:
+            msg = f"{self.label} has lost its tables: {_first_line(exc)}"
+            raise LedgerUnavailableError(msg) from exc
+        except psycopg.Error as exc:
+            msg = f"{self.label} failed: {_first_line(exc)}"
+            raise LedgerUnavailableError(msg) from exc
+
+    @staticmethod
+    def _configure(conn: Connection) -> None:
+        # Times come back in UTC, and a claim is durable before dispatch even on
+        # a server whose default is synchronous_commit=off.
+        conn.execute(
+            "SET TIME ZONE 'UTC'; SELECT set_config('synchronous_commit', 'on', false)"
+            " WHERE current_setting('synchronous_commit') = 'off'"
+        )
+
+    @contextlib.contextmanager
+    def direct(self) -> Iterator[Connection]:
+        """A connection of its own, outside the pool, closed afterwards; errors translated."""
+        try:
+            conn = psycopg.connect(self._conninfo, **self._kwargs)
+        except psycopg.Error as exc:
+            msg = f"cannot connect to {self.label}: {_first_line(exc)}"
+            raise LedgerUnavailableError(msg) from exc
+        try:
+            with self.translate():
+                self._configure(conn)
+                yield conn
+        finally:
+            conn.close()
+
+    def _pool_here(self) -> ConnectionPool[Connection]:
+        if self._closed:
+            msg = f"{self.label} is closed"
+            raise LedgerUnavailableError(msg)
+        pool = self._pool
+        if pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ConnectionPool(
+                        self._conninfo,
+                        kwargs=self._kwargs,
+                        min_size=1,
+                        max_size=self.pool_size,
+                        timeout=self.timeout,
+                        configure=self._configure,
+                        name="effectguard-ledger",
+                        open=True,
+                    )
+                pool = self._pool
+        return pool
+
+    def run(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work`` on a pooled connection; :class:`ConnectionLost` if that connection broke."""
+        pool = self._pool_here()
+        used: list[Connection] = []
+        with self.translate():
+            try:
+                with pool.connection() as conn:
+                    used.append(conn)
+                    return work(conn)
+            except psycopg.OperationalError as exc:
+                if used and used[0].broken:
+                    msg = f"lost the connection to {self.label}: {_first_line(exc)}"
+                    raise ConnectionLost(msg) from exc
+                raise
+
+    def recover(self) -> None:
+        """After a lost connection, replace every idle one that broke with it (a restart)."""
+        pool = self._pool
+        if pool is not None:
+            with contextlib.suppress(psycopg.Error):
+                pool.check()
+
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work``, which is safe to repeat, once more if its connection broke."""
+        try:
+            return self.run(work)
+        except ConnectionLost:
+            self.recover()
+            return self.run(work)
+
+    def close(self) -> None:
+        """Close this process's connections; any later use raises LedgerUnavailableError."""
+        self._closed = True
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def _after_fork(self) -> None:
+        if self._pool is not None:
+            _INHERITED.append(self._pool)
+        self._pool = None
+        self._lock = threading.Lock()
+
+
+def _forget_parent_pools() -> None:
+    for connections in list(_LIVE):
+        connections._after_fork()  # noqa: SLF001 - the module's own fork hook
+
+
+os.register_at_fork(after_in_child=_forget_parent_pools)

@@ -1,0 +1,326 @@
+"""The PostgreSQL ledger's SQL: where it lives, its migrations and its statements.
+
+Pure text, no driver: :mod:`effectguard.ledger.postgres` executes it. Every
+statement names its tables qualified by the ledger's schema, which is
+validated as a plain lowercase identifier before it is ever put in SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from effectguard.errors import ConfigurationError
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Statements",
+    "check_schema_name",
+    "split_target",
+]
+
+#: Where a ledger's tables live unless ``schema=`` (or ``?schema=`` in the URL) says otherwise.
+DEFAULT_SCHEMA = "effectguard"
+
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_URL_SCHEMES = frozenset({"postgresql", "postgres"})
+
+#: Forward migrations; ``{s}`` is the quoted schema. Each runs once, in order, under a lock.
+MIGRATIONS: tuple[str, ...] = (
+    # 1: operations and their hash-chained events. operation_id sorts bytewise
+    # (COLLATE "C"), which is the order verify() merges the two tables in.
+    """
+    CREATE TABLE {s}.operations (
+        operation_id text COLLATE "C" PRIMARY KEY,
+        contract text NOT NULL,
+        contract_version integer NOT NULL,
+        fingerprint text NOT NULL,
+        provider_key text,
+        status text NOT NULL,
+        attempts integer NOT NULL,
+        attempt_budget integer NOT NULL,
+        arguments json NOT NULL,
+        output json,
+        provider_operation_id text,
+        reason text,
+        evidence json,
+        lease_token text,
+        lease_owner json,
+        lease_expires_at timestamptz,
+        overlap json,
+        created_at timestamptz NOT NULL,
+        updated_at timestamptz NOT NULL,
+        first_dispatched_at timestamptz NOT NULL,
+        event_count integer NOT NULL,
+        event_head bytea NOT NULL
+    );
+    CREATE TABLE {s}.events (
+        operation_id text COLLATE "C" NOT NULL,
+        seq integer NOT NULL,
+        type text NOT NULL,
+        from_status text,
+        to_status text NOT NULL,
+        attempt integer NOT NULL,
+        at timestamptz NOT NULL,
+        evidence json,
+        hash bytea NOT NULL,
+        PRIMARY KEY (operation_id, seq)
+    );
+    """,
+    # 2: operator listings by status or contract stay fast on large ledgers.
+    """
+    CREATE INDEX operations_by_status ON {s}.operations (status, updated_at);
+    CREATE INDEX operations_by_contract ON {s}.operations (contract, updated_at);
+    CREATE INDEX operations_by_update ON {s}.operations (updated_at);
+    """,
+)
+
+#: The schema version this library writes; older ledgers are migrated forward on open.
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# ``json`` (not ``jsonb``) keeps the exact text it was given: stored outputs are
+# replayed byte for byte and event evidence is hashed as written (jsonb would
+# turn 1e20 into 100000000000000000000 and break the chain).
+_JSON_COLUMNS = frozenset({"arguments", "output", "evidence", "lease_owner", "overlap"})
+_OPERATION_COLUMNS = (
+    "operation_id",
+    "contract",
+    "contract_version",
+    "fingerprint",
+    "provider_key",
+    "status",
+    "attempts",
+    "attempt_budget",
+    "arguments",
+    "output",
+    "provider_operation_id",
+    "reason",
+    "evidence",
+    "lease_token",
+    "lease_owner",
+    "lease_expires_at",
+    "overlap",
+    "created_at",
+    "updated_at",
+    "first_dispatched_at",
+    "event_count",
+    "event_head",
+)
+_EVENT_SELECT = "operation_id, seq, type, from_status, to_status, attempt, at, evidence::text, hash"
+#: Columns a transition may set, with the cast its parameter needs.
+SETTABLE = {
+    "status": "",
+    "lease_token": "",
+    "lease_owner": "::json",
+    "lease_expires_at": "",
+    "attempts": "",
+    "attempt_budget": "",
+    "output": "::json",
+    "provider_operation_id": "",
+    "reason": "",
+    "evidence": "::json",
+    "overlap": "::json",
+}
+
+
+def check_schema_name(name: object) -> str:
+    """Return ``name`` if it is a schema name the ledger accepts, else raise ConfigurationError.
+
+    Accepted: lowercase letters, digits and ``_``, not starting with a digit,
+    at most 63 characters, not ``pg_…`` (reserved by PostgreSQL).
+    """
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or name.startswith("pg_"):
+        msg = (
+            "a ledger schema must be a lowercase SQL identifier (a-z, 0-9 and _, "
+            f"not starting with a digit or pg_, at most 63 characters), not {name!r}"
+        )
+        raise ConfigurationError(msg)
+    return name
+
+
+def split_target(url: str, schema: str | None) -> tuple[str, str]:
+    """Return ``(conninfo, schema)`` for a ledger URL and an optional ``schema`` argument.
+
+    A ``schema`` query parameter in a ``postgresql://`` URL names the schema and
+    is removed before the URL reaches libpq; every other part is kept verbatim.
+    Naming the schema both ways, differently, is a ConfigurationError.
+    """
+    conninfo, from_url = url, None
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        msg = f"invalid PostgreSQL URL: {exc}"
+        raise ConfigurationError(msg) from exc
+    if parts.scheme in _URL_SCHEMES and parts.query:
+        kept, found = [], []
+        for item in parts.query.split("&"):
+            key, _, value = item.partition("=")
+            if unquote(key) == "schema":
+                found.append(unquote(value))
+            else:
+                kept.append(item)
+        if len(found) > 1:
+            msg = "the ledger URL names its schema more than once"
+            raise ConfigurationError(msg)
+        if found:
+            from_url = found[0]
+            conninfo = urlunsplit(parts._replace(query="&".join(kept)))
+    if schema is not None and from_url is not None and schema != from_url:
+        msg = f"the ledger URL names schema {from_url!r} but schema={schema!r} was passed"
+        raise ConfigurationError(msg)
+    chosen = schema if schema is not None else from_url
+    return conninfo, check_schema_name(DEFAULT_SCHEMA if chosen is None else chosen)
+
+
+def advisory_lock_key(schema: str) -> int:
+    """Return the advisory-lock key that serializes migrations of ``schema`` in one database."""
+    digest = hashlib.sha256(f"effectguard-ledger:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _select_list(alias: str) -> str:
+    return ", ".join(
+        f"{alias}.{name}::text" if name in _JSON_COLUMNS else f"{alias}.{name}"
+        for name in _OPERATION_COLUMNS
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """Every statement the ledger runs, for one schema."""
+
+    schema: str
+
+    @property
+    def qualified(self) -> str:
+        """The quoted schema name, ready to prefix a table."""
+        return f'"{self.schema}"'
+
+    def migration(self, number: int) -> str:
+        """Return migration ``number`` (1-based) for this schema."""
+        return MIGRATIONS[number - 1].format(s=self.qualified)
+
+    @property
+    def inspect(self) -> str:
+        """Whether the schema, the version table and any ledger table exist."""
+        s = self.qualified
+        return (
+            "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = %(schema)s),"
+            f" to_regclass('{s}.effectguard_migrations') IS NOT NULL,"
+            f" to_regclass('{s}.operations') IS NOT NULL"
+            f" OR to_regclass('{s}.events') IS NOT NULL"
+        )
+
+    @property
+    def version(self) -> str:
+        """The highest migration applied."""
+        return f"SELECT coalesce(max(version), 0) FROM {self.qualified}.effectguard_migrations"
+
+    @property
+    def bootstrap(self) -> str:
+        """The table that records which migrations have been applied."""
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self.qualified}.effectguard_migrations ("
+            " version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+
+    @property
+    def record_version(self) -> str:
+        """Record one applied migration."""
+        return f"INSERT INTO {self.qualified}.effectguard_migrations (version) VALUES (%s)"
+
+    @property
+    def select_one(self) -> str:
+        """The server's time and the operation (all NULL when there is none): one row always."""
+        return (
+            f"SELECT statement_timestamp(), {_select_list('o')} FROM (SELECT 1) AS one"
+            f" LEFT JOIN {self.qualified}.operations AS o ON o.operation_id = %s"
+        )
+
+    def select_many(self, where: Iterable[str]) -> str:
+        """Operations matching every ``where`` clause, newest first, then the server's time."""
+        clauses = list(where)
+        condition = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        return (
+            f"SELECT {_select_list('o')}, statement_timestamp()"
+            f" FROM {self.qualified}.operations AS o{condition}"
+            " ORDER BY o.updated_at DESC LIMIT %(limit)s"
+        )
+
+    @property
+    def events(self) -> str:
+        """One operation's events in order."""
+        return (
+            f"SELECT {_EVENT_SELECT} FROM {self.qualified}.events"
+            " WHERE operation_id = %s ORDER BY seq"
+        )
+
+    @property
+    def _insert_events(self) -> str:
+        # Runs only for the rows the operation's statement returned: none when fenced out.
+        return (
+            f"INSERT INTO {self.qualified}.events"
+            " (operation_id, seq, type, from_status, to_status, attempt, at, evidence, hash)"
+            " SELECT op.operation_id, e.seq, e.type, e.from_status, e.to_status, e.attempt,"
+            " %(at)s, e.evidence::json, e.hash FROM op, unnest(%(e_seq)s::integer[],"
+            " %(e_type)s::text[], %(e_from)s::text[], %(e_to)s::text[], %(e_attempt)s::integer[],"
+            " %(e_evidence)s::text[], %(e_hash)s::bytea[])"
+            " AS e(seq, type, from_status, to_status, attempt, evidence, hash)"
+        )
+
+    @property
+    def claim(self) -> str:
+        """Insert the operation and its events, unless the operation id is taken."""
+        names = ", ".join(_OPERATION_COLUMNS)
+        return (
+            f"WITH op AS (INSERT INTO {self.qualified}.operations AS o ({names}) VALUES ("
+            "%(operation_id)s, %(contract)s, %(contract_version)s, %(fingerprint)s,"
+            " %(provider_key)s, %(status)s, 1, %(attempt_budget)s, %(arguments)s::json,"
+            " NULL, NULL, NULL, NULL, %(lease_token)s, %(lease_owner)s::json,"
+            " %(lease_expires_at)s, NULL, %(at)s, %(at)s, %(at)s, %(event_count)s,"
+            " %(event_head)s)"
+            f" ON CONFLICT (operation_id) DO NOTHING RETURNING {_select_list('o')}),"
+            f" ev AS ({self._insert_events}) SELECT * FROM op"
+        )
+
+    def transition(self, columns: Iterable[str], conditions: Iterable[str]) -> str:
+        """Set ``columns`` and append events where the row still meets ``conditions``."""
+        assignments = ", ".join(f"{name} = %({name})s{SETTABLE[name]}" for name in columns)
+        where = "".join(f" AND {condition}" for condition in conditions)
+        return (
+            f"WITH op AS (UPDATE {self.qualified}.operations AS o SET {assignments},"
+            " updated_at = %(at)s, event_count = %(new_count)s, event_head = %(new_head)s"
+            f" WHERE o.operation_id = %(operation_id)s AND o.event_count = %(read_count)s{where}"
+            f" RETURNING {_select_list('o')}), ev AS ({self._insert_events}) SELECT * FROM op"
+        )
+
+    def renew(self, *, server_clock: bool) -> str:
+        """Extend the lease held by a token: from the server's time, or from a given one."""
+        expires = (
+            "statement_timestamp() + %(micros)s * interval '1 microsecond'"
+            if server_clock
+            else "%(expires)s"
+        )
+        return (
+            f"UPDATE {self.qualified}.operations SET lease_expires_at = {expires}"
+            " WHERE operation_id = %(operation_id)s AND lease_token = %(token)s"
+        )
+
+    @property
+    def verify_heads(self) -> str:
+        """Every operation's chain head, in operation-id order."""
+        return (
+            "SELECT operation_id, event_count, event_head"
+            f" FROM {self.qualified}.operations ORDER BY operation_id"
+        )
+
+    @property
+    def verify_events(self) -> str:
+        """Every event, in the order the chains are checked."""
+        return f"SELECT {_EVENT_SELECT} FROM {self.qualified}.events ORDER BY operation_id, seq"

@@ -1,0 +1,131 @@
+"""A local TCP forwarder to the PostgreSQL server that a test can break on purpose.
+
+``cut()`` drops every connection and refuses new ones, as a server restart or a
+failover looks to a client; ``restore()`` lets connections through again.
+``lose_reply_to(marker)`` lets the next request containing ``marker`` reach the
+server and run to completion (its ReadyForQuery, so any commit, is seen), then
+drops the connection before the client reads the answer: a lost acknowledgement.
+The shared server itself is never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from urllib.parse import urlsplit, urlunsplit
+
+# ReadyForQuery ('Z', length 5): the server has finished the request, commit included.
+_READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
+
+
+class _Pair:
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client = client
+        self.upstream = upstream
+        self.losing_reply = False
+
+    def close(self) -> None:
+        for sock in (self.client, self.upstream):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+class TcpProxy:
+    """Forwards a local port to ``host:port`` until told to fail."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: set[_Pair] = set()
+        self._refusing = False
+        self._marker: bytes | None = None
+        self.replies_lost = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @classmethod
+    def to(cls, url: str) -> tuple[TcpProxy, str]:
+        """Return a proxy to the server ``url`` names, and ``url`` rewritten to go through it."""
+        parts = urlsplit(url)
+        proxy = cls(parts.hostname or "127.0.0.1", parts.port or 5432)
+        user = f"{parts.username}@" if parts.username else ""
+        netloc = f"{user}127.0.0.1:{proxy.port}"
+        return proxy, urlunsplit(parts._replace(netloc=netloc))
+
+    def cut(self) -> None:
+        """Drop every connection and refuse new ones."""
+        with self._lock:
+            self._refusing = True
+            pairs, self._pairs = self._pairs, set()
+        for pair in pairs:
+            pair.close()
+
+    def restore(self) -> None:
+        """Accept connections again."""
+        with self._lock:
+            self._refusing = False
+
+    def lose_reply_to(self, marker: bytes) -> None:
+        """Drop the connection after the server answers the next request containing ``marker``."""
+        with self._lock:
+            self._marker = marker
+
+    def close(self) -> None:
+        """Stop listening and drop every connection."""
+        self.cut()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                refusing = self._refusing
+            if refusing:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self._target)
+            except OSError:
+                client.close()
+                continue
+            pair = _Pair(client, upstream)
+            with self._lock:
+                self._pairs.add(pair)
+            threading.Thread(target=self._upward, args=(pair,), daemon=True).start()
+            threading.Thread(target=self._downward, args=(pair,), daemon=True).start()
+
+    def _upward(self, pair: _Pair) -> None:
+        try:
+            while data := pair.client.recv(65536):
+                with self._lock:
+                    if self._marker is not None and self._marker in data:
+                        self._marker = None
+                        pair.losing_reply = True
+                pair.upstream.sendall(data)
+        except OSError:
+            pass
+        pair.close()
+
+    def _downward(self, pair: _Pair) -> None:
+        seen = b""
+        try:
+            while data := pair.upstream.recv(65536):
+                if pair.losing_reply:
+                    seen = (seen + data)[-len(_READY_FOR_QUERY) - 1 :]
+                    if _READY_FOR_QUERY in seen or _READY_FOR_QUERY in data:
+                        with self._lock:
+                            self.replies_lost += 1
+                        break
+                    continue
+                pair.client.sendall(data)
+        except OSError:
+            pass
+        pair.close()
