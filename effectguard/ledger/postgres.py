@@ -51,7 +51,6 @@ from effectguard.errors import (
     LedgerSchemaError,
     OperationNotFoundError,
 )
-from effectguard.fingerprint import canonical_json
 from effectguard.ledger import _postgres_rows as rows
 from effectguard.ledger import resolution
 from effectguard.ledger._postgres_connections import (
@@ -220,30 +219,13 @@ class PostgresEffectLedger:
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
         lease = operation.lease
-        arguments = canonical_json(operation.arguments)
-        owner = canonical_json(lease.owner.to_json())
         moment = self._given(now)
         if moment is None:
             # The events' times are hashed, so the server's time is needed first.
             existing, moment = self._fetch(operation.operation_id, None)
             if existing is not None:
                 return existing, False
-        params = rows.chain_parameters(operation.operation_id, events, 0, b"", moment)
-        params.update(
-            operation_id=operation.operation_id,
-            contract=operation.contract,
-            contract_version=operation.contract_version,
-            fingerprint=operation.fingerprint,
-            provider_key=operation.provider_key,
-            status=EffectStatus.DISPATCHED.value,
-            attempt_budget=operation.attempt_budget,
-            arguments=arguments,
-            lease_token=lease.token,
-            lease_owner=owner,
-            lease_expires_at=rows.after(moment, lease.seconds),
-            event_count=params.pop("new_count"),
-            event_head=params.pop("new_head"),
-        )
+        params = rows.created(operation, events, moment)
 
         def work(conn: Connection) -> tuple[Any, ...] | None:
             return conn.execute(self._sql.claim, params).fetchone()
