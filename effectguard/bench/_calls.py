@@ -1,0 +1,224 @@
+"""The cost of one call: guarded vs by hand, replay vs a read, decorated vs direct.
+
+Every measurement alternates its subject and its baseline round by round
+(which goes first alternates too), so drift in the machine's load lands on
+both; each round calls ``ops`` distinct operations and reports microseconds
+per call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from effectguard.bench._config import BenchError
+from effectguard.bench._counting import CountingLedger
+from effectguard.bench._site import RawStore
+from effectguard.bench._stats import Comparison, per_call_us
+from effectguard.contract import EffectContract
+from effectguard.decorator import effect
+from effectguard.executor import EffectExecutor
+from effectguard.ledger.base import EffectLedger
+from effectguard.model import EffectResult, EffectStatus
+
+__all__ = ["CallBench", "arguments", "count_calls", "handler"]
+
+_WARMUP = 20
+
+
+def _operation_id(arguments: Mapping[str, Any]) -> str:
+    return f"bench:{arguments['run']}:{arguments['n']}"
+
+
+#: The guarded calls' contract: no probe, no key, nothing to reconcile.
+CONTRACT = EffectContract(name="bench.noop", operation_id=_operation_id)
+
+
+def arguments(run: str, n: int) -> dict[str, Any]:
+    """The arguments of call ``n`` of batch ``run``: small, like a typical tool call's."""
+    return {"amount_cents": 1999, "currency": "EUR", "n": n, "run": run}
+
+
+def handler(arguments: Mapping[str, Any], *, idempotency_key: str | None) -> dict[str, Any]:
+    """The tool: does nothing and returns a small dict."""
+    del idempotency_key
+    return {"n": arguments["n"], "ok": True}
+
+
+def _check(result: EffectResult[Any], *, replayed: bool) -> None:
+    if result.status is not EffectStatus.CONFIRMED or result.replayed is not replayed:
+        msg = (
+            f"operation {result.operation_id} ended {result.status.value} "
+            f"(replayed={result.replayed}): the bench's calls must confirm"
+        )
+        raise BenchError(msg)
+
+
+def _alternate(
+    rounds: int, subject: Callable[[int], float], baseline: Callable[[int], float]
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Run both ``rounds`` times, alternating which goes first; per-round results of each."""
+    subjects, baselines = [], []
+    for index in range(rounds):
+        if index % 2:
+            baselines.append(baseline(index))
+            subjects.append(subject(index))
+        else:
+            subjects.append(subject(index))
+            baselines.append(baseline(index))
+    return tuple(subjects), tuple(baselines)
+
+
+class CallBench:
+    """The per-call measurements on one executor and one raw store."""
+
+    def __init__(self, executor: EffectExecutor, raw: RawStore, ops: int, rounds: int) -> None:
+        self.executor = executor
+        self.raw = raw
+        self.ops = ops
+        self.rounds = rounds
+        #: Operations this bench has created in the executor's ledger so far.
+        self.created = 0
+
+    # -- the work of one call ----------------------------------------------------------
+
+    def _guarded(self, run: str) -> Callable[[int], None]:
+        execute = self.executor.execute
+
+        def call(n: int) -> None:
+            _check(execute(CONTRACT, arguments(run, n), handler), replayed=False)
+
+        return call
+
+    def _replay(self, run: str) -> Callable[[int], None]:
+        execute = self.executor.execute
+
+        def call(n: int) -> None:
+            _check(execute(CONTRACT, arguments(run, n), handler), replayed=True)
+
+        return call
+
+    def _by_hand(self, run: str) -> Callable[[int], None]:
+        record = self.raw.record
+
+        def call(n: int) -> None:
+            given = arguments(run, n)
+            output = handler(given, idempotency_key=None)
+            record(_operation_id(given), json.dumps(given), json.dumps(output))
+
+        return call
+
+    def _read(self, run: str) -> Callable[[int], None]:
+        read = self.raw.read
+
+        def call(n: int) -> None:
+            read(_operation_id(arguments(run, n)))
+
+        return call
+
+    # -- the measurements --------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """Open connections and fill caches before anything is timed."""
+        per_call_us(_WARMUP, self._guarded("warm"))
+        per_call_us(_WARMUP, self._by_hand("warm"))
+        self.created += _WARMUP
+
+    def guarded(self) -> Comparison:
+        """A guarded call (two commits) against the same two commits written by hand."""
+        subject, baseline = _alternate(
+            self.rounds,
+            lambda r: per_call_us(self.ops, self._guarded(f"g{r}")),
+            lambda r: per_call_us(self.ops, self._by_hand(f"g{r}")),
+        )
+        self.created += self.rounds * self.ops
+        return Comparison(
+            subject="EffectExecutor.execute, a handler that does nothing (fresh operation)",
+            baseline="insert + commit, update + commit, by hand, same durability",
+            subject_rounds=subject,
+            baseline_rounds=baseline,
+            target=1.25,
+        )
+
+    def replay(self) -> Comparison:
+        """Replaying a confirmed operation against reading its row by primary key.
+
+        Replays the operations of :meth:`guarded`'s first round, which must have run.
+        """
+        subject, baseline = _alternate(
+            self.rounds,
+            lambda _: per_call_us(self.ops, self._replay("g0")),
+            lambda _: per_call_us(self.ops, self._read("g0")),
+        )
+        return Comparison(
+            subject="EffectExecutor.execute of a CONFIRMED operation (replayed)",
+            baseline="SELECT of the row by primary key, output decoded, by hand",
+            subject_rounds=subject,
+            baseline_rounds=baseline,
+            target=3.0,
+        )
+
+    def decorator(self) -> tuple[Comparison, Comparison]:
+        """A decorated call against the same call through ``execute``: fresh, then replayed."""
+
+        @effect(operation_id="bench:{run}:{n}", executor=self.executor, name="bench.decorated")
+        def noop(amount_cents: int, currency: str, n: int, run: str) -> dict[str, Any]:
+            del amount_cents, currency, run
+            return {"n": n, "ok": True}
+
+        def decorated(run: str) -> Callable[[int], None]:
+            def call(n: int) -> None:
+                noop(1999, "EUR", n, run)
+
+            return call
+
+        direct = EffectContract(name="bench.direct", operation_id=_operation_id)
+        execute = self.executor.execute
+
+        def executed(run: str) -> Callable[[int], None]:
+            def call(n: int) -> None:
+                execute(direct, arguments(run, n), handler)
+
+            return call
+
+        per_call_us(_WARMUP, decorated("dwarm"))
+        fresh = _alternate(
+            self.rounds,
+            lambda r: per_call_us(self.ops, decorated(f"dec{r}")),
+            lambda r: per_call_us(self.ops, executed(f"dir{r}")),
+        )
+        self.created += _WARMUP + 2 * self.rounds * self.ops
+        replayed = _alternate(
+            self.rounds,
+            lambda _: per_call_us(self.ops, decorated("dec0")),
+            lambda _: per_call_us(self.ops, executed("dir0")),
+        )
+        subject = "@effect-decorated function, called"
+        baseline = "EffectExecutor.execute with the equivalent contract"
+        return (
+            Comparison(subject, baseline, *fresh, target=1.1, note="fresh operations"),
+            Comparison(
+                subject,
+                baseline,
+                *replayed,
+                note="replays: no I/O but one read, so the decorator's own work shows most",
+            ),
+        )
+
+
+def count_calls(ledger: EffectLedger, calls: int = 10) -> dict[str, float]:
+    """Ledger reads and commits per fresh guarded call and per replay, averaged over ``calls``."""
+    counting = CountingLedger(ledger)
+    executor = EffectExecutor(counting)
+    for n in range(calls):
+        _check(executor.execute(CONTRACT, arguments("count", n), handler), replayed=False)
+    fresh_writes, fresh_reads = counting.writes, counting.reads
+    for n in range(calls):
+        _check(executor.execute(CONTRACT, arguments("count", n), handler), replayed=True)
+    return {
+        "commits_per_call": fresh_writes / calls,
+        "reads_per_call": fresh_reads / calls,
+        "commits_per_replay": (counting.writes - fresh_writes) / calls,
+        "reads_per_replay": (counting.reads - fresh_reads) / calls,
+    }
