@@ -8,9 +8,10 @@ Times are whole microseconds since the epoch (``*_us`` columns).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from effectguard.fingerprint import canonical_json, chain_hash
 from effectguard.ledger.base import UNSET, Changes, EventDraft, Lease, NewOperation
@@ -30,12 +31,14 @@ __all__ = [
     "COLUMN_NAMES",
     "EVENT_COLUMNS",
     "EventRow",
+    "Version",
     "changed_columns",
     "created",
     "event",
     "event_rows",
     "record",
     "transitioned",
+    "version",
 ]
 
 #: The operations table's columns, in the order every row tuple uses.
@@ -72,13 +75,53 @@ EVENT_COLUMNS = "operation_id, seq, type, from_status, to_status, attempt, at_us
 EventRow = tuple[str, int, str, str | None, str, int, int, str | None, bytes]
 
 
+# Rows are read and written on every call; these lookups skip Enum.__call__ and
+# reparsing the one lease owner a process writes again and again.
+_STATUSES = {status.value: status for status in EffectStatus}
+
+
+def _status(text: str) -> EffectStatus:
+    # An unknown name still raises EffectStatus's own ValueError.
+    return _STATUSES.get(text) or EffectStatus(text)
+
+
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+@functools.lru_cache(maxsize=256)
+def _owner(text: str) -> LeaseOwner:
+    return LeaseOwner.from_json(json.loads(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _owner_text(owner: LeaseOwner) -> str:
+    return canonical_json(owner.to_json())
+
+
+class Version(NamedTuple):
+    """What a fenced write checks: the row's status, lease and event count."""
+
+    status: EffectStatus
+    lease_token: str | None
+    lease_live: bool
+    event_count: int
+
+
+def version(row: Sequence[Any], now_us: int) -> Version:
+    """Return what a fenced write checks of ``row`` (``COLUMN_NAMES`` order) at ``now_us``."""
+    expires = row[15]
+    return Version(
+        _status(row[5]),
+        row[13],
+        row[13] is not None and expires is not None and expires > now_us,
+        row[20],
+    )
+
+
 def record(row: Sequence[Any], now_us: int) -> OperationRecord:
     """Return the operation in ``row`` (``COLUMN_NAMES`` order), its lease judged at ``now_us``."""
-    owner = _loads(row[14])
+    owner = row[14]
     expires = row[15]
     return OperationRecord(
         operation_id=row[0],
@@ -86,7 +129,7 @@ def record(row: Sequence[Any], now_us: int) -> OperationRecord:
         contract_version=row[2],
         fingerprint=row[3],
         provider_key=row[4],
-        status=EffectStatus(row[5]),
+        status=_status(row[5]),
         attempts=row[6],
         attempt_budget=row[7],
         arguments=json.loads(row[8]),
@@ -95,7 +138,7 @@ def record(row: Sequence[Any], now_us: int) -> OperationRecord:
         reason=row[11],
         evidence=_loads(row[12]) or {},
         lease_token=row[13],
-        lease_owner=None if owner is None else LeaseOwner.from_json(owner),
+        lease_owner=None if owner is None else _owner(owner),
         lease_expires_at=None if expires is None else from_micros(expires),
         lease_live=row[13] is not None and expires is not None and expires > now_us,
         overlap=tuple(OverlapHolder.from_json(item) for item in _loads(row[16]) or ()),
@@ -185,7 +228,7 @@ def created(
         None,
         None,
         lease.token,
-        canonical_json(lease.owner.to_json()),
+        _owner_text(lease.owner),
         now_us + round(lease.seconds * 1_000_000),
         None,
         now_us,
@@ -229,7 +272,7 @@ def changed_columns(changes: Changes, now_us: int) -> Mapping[str, Any]:
         else:
             columns.update(
                 lease_token=lease.token,
-                lease_owner=canonical_json(lease.owner.to_json()),
+                lease_owner=_owner_text(lease.owner),
                 lease_expires_us=now_us + round(lease.seconds * 1_000_000),
             )
     simple = {

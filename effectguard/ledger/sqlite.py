@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 
 from effectguard.errors import (
     FencedWriteError,
+    LedgerError,
     LedgerLockedError,
     LedgerNotFoundError,
     LedgerSchemaError,
@@ -107,8 +108,15 @@ _SYNCHRONOUS = frozenset({"FULL", "EXTRA", "NORMAL"})
 
 _INSERT_OPERATION = (
     f"INSERT INTO operations ({rows.COLUMNS}) VALUES ({','.join('?' * len(rows.COLUMN_NAMES))})"
+    " ON CONFLICT (operation_id) DO NOTHING"
 )
 _INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_SELECT_ONE = f"SELECT {rows.COLUMNS} FROM operations WHERE operation_id = ?"
+# Every column but the key, in COLUMN_NAMES order, then the key.
+_UPDATE_OPERATION = (
+    f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.COLUMN_NAMES[1:])}"
+    " WHERE operation_id = ?"
+)
 
 
 class _Connection(sqlite3.Connection):
@@ -170,25 +178,25 @@ class SQLiteEffectLedger:
     def _translate(self) -> Iterator[None]:
         try:
             yield
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
+
+    def _translated(self, exc: sqlite3.Error) -> LedgerError:
+        """The ledger error a driver error surfaces as (the caller raises it ``from exc``)."""
+        if isinstance(exc, sqlite3.OperationalError):
             text = str(exc)
             if "locked" in text or "busy" in text:
-                msg = (
-                    f"ledger {self.path} is locked by another writer "
-                    f"(waited the busy timeout of {self.busy_timeout:g}s)"
-                )
-                raise LedgerLockedError(msg) from exc
-            msg = f"ledger {self.path} is unavailable: {text}"
-            raise LedgerUnavailableError(msg) from exc
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc):
-                msg = f"{self.path} is not a SQLite database"
-                raise LedgerSchemaError(msg) from exc
-            msg = f"ledger {self.path} failed: {exc}"
-            raise LedgerUnavailableError(msg) from exc
-        except sqlite3.Error as exc:
-            msg = f"ledger {self.path} failed: {exc}"
-            raise LedgerUnavailableError(msg) from exc
+                return self._locked()
+            return LedgerUnavailableError(f"ledger {self.path} is unavailable: {text}")
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+            return LedgerSchemaError(f"{self.path} is not a SQLite database")
+        return LedgerUnavailableError(f"ledger {self.path} failed: {exc}")
+
+    def _locked(self) -> LedgerLockedError:
+        return LedgerLockedError(
+            f"ledger {self.path} is locked by another writer "
+            f"(waited the busy timeout of {self.busy_timeout:g}s)"
+        )
 
     def _create_file(self) -> None:
         try:
@@ -299,16 +307,19 @@ class SQLiteEffectLedger:
             self._local.pid = os.getpid()
         return conn
 
+    # _read and _write run on every call: plain try/except, no context-manager generator.
     def _read(self, work: Callable[[_Connection], T], missing: T) -> T:
         if not self._ready and not self.path.exists():
             return missing
         conn = self._open()
-        with self._translate():
+        try:
             return work(conn)
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
 
     def _write(self, work: Callable[[_Connection], T]) -> T:
         conn = self._open()
-        with self._translate():
+        try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = work(conn)
@@ -318,15 +329,16 @@ class SQLiteEffectLedger:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                 raise
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
         return result
 
     def _now_us(self, now: float | None) -> int:
         return round((self._clock() if now is None else now) * 1_000_000)
 
-    def _select(self, conn: _Connection, operation_id: str) -> Sequence[Any] | None:
-        row: Sequence[Any] | None = conn.execute(
-            f"SELECT {rows.COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,)
-        ).fetchone()
+    @staticmethod
+    def _select(conn: _Connection, operation_id: str) -> Sequence[Any] | None:
+        row: Sequence[Any] | None = conn.execute(_SELECT_ONE, (operation_id,)).fetchone()
         return row
 
     # -- primitives ------------------------------------------------------------------
@@ -340,11 +352,12 @@ class SQLiteEffectLedger:
         values, events_rows = rows.created(operation, events, now_us)
 
         def work(conn: _Connection) -> tuple[OperationRecord, bool]:
-            row = self._select(conn, operation.operation_id)
-            if row is not None:
+            # Insert first: a new operation, the common case, then needs no read.
+            if conn.execute(_INSERT_OPERATION, values).rowcount == 0:
+                row = self._select(conn, operation.operation_id)
+                assert row is not None  # noqa: S101 - the insert found it, inside this transaction
                 return rows.record(row, now_us), False
             conn.executemany(_INSERT_EVENT, events_rows)
-            conn.execute(_INSERT_OPERATION, values)
             return rows.record(values, now_us), True
 
         return self._write(work)
@@ -365,20 +378,16 @@ class SQLiteEffectLedger:
             row = self._select(conn, operation_id)
             if row is None:
                 raise OperationNotFoundError(operation_id)
-            current = rows.record(row, now_us)
+            current = rows.version(row, now_us)
             problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
             if problem is not None:
                 msg = f"write to operation {operation_id!r} refused: {problem}"
                 raise FencedWriteError(msg)
             values, events_rows = rows.transitioned(row, changes, events, now_us)
             conn.executemany(_INSERT_EVENT, events_rows)
-            assignments = ", ".join(
-                f"{name} = :{name}" for name in values if name != "operation_id"
-            )
-            conn.execute(
-                f"UPDATE operations SET {assignments} WHERE operation_id = :operation_id", values
-            )
-            return rows.record(tuple(values.values()), now_us)
+            updated = tuple(values.values())
+            conn.execute(_UPDATE_OPERATION, (*updated[1:], operation_id))
+            return rows.record(updated, now_us)
 
         return self._write(work)
 
