@@ -20,6 +20,7 @@ from effectguard.ledger.base import Changes, EventDraft, Lease, NewOperation
 from effectguard.model import EffectStatus, EventType
 
 __all__ = [
+    "CLAIMED_EVENTS",
     "CONTRACT",
     "QUARANTINE_EVERY",
     "History",
@@ -35,7 +36,8 @@ QUARANTINE_EVERY = 100
 #: Microseconds between the starts of consecutive fabricated operations.
 _SPACING_US = 1000
 
-_CLAIMED = (
+#: The events of a claim, as the executor writes them.
+CLAIMED_EVENTS = (
     EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
     EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
 )
@@ -88,7 +90,7 @@ def histories(count: int, end_us: int) -> Iterator[History]:
             transitions = _quarantined(operation.lease, at)
         else:
             transitions = (_confirmed(index, at + 800),)
-        yield History(operation, _CLAIMED, at, transitions)
+        yield History(operation, CLAIMED_EVENTS, at, transitions)
 
 
 def _confirmed(index: int, at: int) -> Transition:

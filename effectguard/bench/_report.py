@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +47,7 @@ class BenchReport:
     config: BenchConfig
     environment: dict[str, Any]
     guarded: Comparison
+    primitives_rounds: tuple[float, ...]
     replay: Comparison
     decorator: Comparison
     decorator_replay: Comparison
@@ -69,6 +71,21 @@ class BenchReport:
     def ok(self) -> bool:
         """True when no call failed (timings never make a run fail)."""
         return self.lock_errors == 0 and self.errors == 0
+
+    @property
+    def primitives_us(self) -> float:
+        """Median microseconds of the ledger's two writes called directly, without the executor."""
+        return statistics.median(self.primitives_rounds)
+
+    def _breakdown(self) -> dict[str, Any]:
+        raw, primitives = self.guarded.baseline_us, self.primitives_us
+        return {
+            "ledger_primitives_us": round(primitives, 1),
+            "ledger_primitives_rounds_us": [round(value, 1) for value in self.primitives_rounds],
+            "by_hand_us": round(raw, 1),
+            "ledger_storage_us": round(primitives - raw, 1),
+            "executor_us": round(self.guarded.subject_us - primitives, 1),
+        }
 
     def _scaling(self) -> float:
         speeds = {(item.mode, item.workers): item.ops_per_second for item in self.throughput}
@@ -102,6 +119,7 @@ class BenchReport:
                 **self.guarded.to_json(),
                 "commits_per_call": calls["commits_per_call"],
                 "reads_per_call": calls["reads_per_call"],
+                "breakdown": self._breakdown(),
             },
             "replay": {
                 **self.replay.to_json(),
@@ -154,6 +172,13 @@ class BenchReport:
                 f"{label:36}{item.subject_us:>9.1f} us{item.baseline_us:>9.1f} us"
                 f"{item.ratio:>8.2f}x   {target}"
             )
+            if item is self.guarded:
+                parts = self._breakdown()
+                out.append(
+                    f"  = by hand {parts['by_hand_us']:.0f} us"
+                    f" + ledger storage {parts['ledger_storage_us']:+.0f} us"
+                    f" + executor {parts['executor_us']:+.0f} us"
+                )
         out.append("")
         speeds = ", ".join(
             f"{item.workers} {item.mode if item.workers > 1 else item.mode[:-1]} "

@@ -56,7 +56,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         bench = CallBench(EffectExecutor(ledger), site.raw(), config.ops, config.rounds)
         bench.warm_up()
         say(f"guarded calls: {config.rounds} rounds of {config.ops}")
-        guarded = bench.guarded()
+        guarded, primitives = bench.guarded()
         say("replays")
         replay = bench.replay()
         say("decorator")
@@ -78,6 +78,7 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         config=config,
         environment=environment,
         guarded=guarded,
+        primitives_rounds=primitives,
         replay=replay,
         decorator=decorator,
         decorator_replay=decorator_replay,

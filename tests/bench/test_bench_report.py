@@ -111,6 +111,10 @@ def test_a_guarded_call_takes_two_commits_and_a_replay_none(report: dict[str, An
     """The report counts the ledger's work: 2 commits + 1 read per call, 1 read per replay."""
     guarded, replay = report["guarded_call"], report["replay"]
     assert (guarded["commits_per_call"], guarded["reads_per_call"]) == (2.0, 1.0)
+    parts = guarded["breakdown"]
+    assert parts["ledger_primitives_us"] > 0
+    total = parts["by_hand_us"] + parts["ledger_storage_us"] + parts["executor_us"]
+    assert total == pytest.approx(guarded["subject_us"], abs=0.5)
     assert (replay["commits_per_replay"], replay["reads_per_replay"]) == (0.0, 1.0)
 
 
@@ -135,7 +139,8 @@ def test_the_large_ledger_is_built_and_read(report: dict[str, Any]):
     assert big["events"]["events_per_operation"] == 3
     assert big["bytes_per_operation"] > 0
     written = report["ledger_bytes"]
-    assert written["operations"] == 20 + 4 + 20 + 2 * 4 + 10
+    # warm-ups, guarded calls and the ledger's own writes, decorated and direct calls, counted calls
+    assert written["operations"] == 2 * 20 + 2 * 4 + 20 + 2 * 4 + 10
     assert written["bytes_per_operation"] > 0
 
 
