@@ -1,7 +1,7 @@
-"""PostgreSQL test helpers shared by conftest.py and the PostgreSQL test modules.
+"""PostgreSQL test plumbing shared by conftest and the PostgreSQL test modules.
 
-They live outside conftest.py because ``from conftest import …`` is ambiguous once
-a subdirectory has its own conftest.py: whichever was imported last wins.
+Kept out of ``conftest.py`` because test modules cannot import a conftest by
+name reliably: every test directory may have its own ``conftest``.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -27,13 +28,22 @@ def _documents_with_code() -> list[Path]:
     return [path for path in DOCUMENTS if BLOCK.search(path.read_text(encoding="utf-8"))]
 
 
+#: Documents whose examples need a PostgreSQL ledger: they read its URL from the
+#: environment, as a deployment would, and get a fresh schema of the test server.
+NEEDS_POSTGRES = {"postgres.md"}
+
+
 @pytest.mark.parametrize("document", _documents_with_code(), ids=lambda p: p.name)
-def test_python_blocks_run(document: Path, tmp_path: Path):
+def test_python_blocks_run(document: Path, tmp_path: Path, request: pytest.FixtureRequest):
     """The document's Python blocks execute without error, in order."""
     blocks = BLOCK.findall(document.read_text(encoding="utf-8"))
+    env = dict(os.environ)
+    if document.name in NEEDS_POSTGRES:
+        env["EFFECTGUARD_LEDGER_URL"] = request.getfixturevalue("postgres_target")
     completed = subprocess.run(
         [sys.executable, "-c", RUNNER, *blocks],
         cwd=tmp_path,
+        env=env,
         capture_output=True,
         text=True,
         timeout=120,

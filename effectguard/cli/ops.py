@@ -55,11 +55,11 @@ class _Session:
             hint = f"see '{ctx.find_root().command_path} --help'"
             msg = f"Missing option '--db': name the ledger file or postgresql:// URL ({hint})"
             raise OpsUsageError(msg)
-        options: dict[str, Any] = {}
+        # A missing ledger is an error for every command: none of them can succeed on an
+        # empty ledger, and a read must never leave a new file (or schema) behind.
+        options: dict[str, Any] = {"create": False}
         if not self.target.startswith(_POSTGRES_SCHEMES):
-            # A missing file is an error for every command: none of them can succeed on an
-            # empty ledger, and a read must never leave a new file behind.
-            options = {"create": False, "busy_timeout": self.busy_timeout}
+            options["busy_timeout"] = self.busy_timeout
         with refusals():
             ledger = open_ledger(self.target, **options)
         ctx.call_on_close(ledger.close)

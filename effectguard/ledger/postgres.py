@@ -52,7 +52,6 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.ledger import _postgres_rows as rows
-from effectguard.ledger import resolution
 from effectguard.ledger._postgres_connections import (
     Connection,
     ConnectionLost,
@@ -74,6 +73,7 @@ from effectguard.ledger.base import (
     check_chain,
     describe_mismatch,
 )
+from effectguard.ledger.resolution import OperatorResolution
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
 __all__ = ["SCHEMA_VERSION", "PostgresEffectLedger"]
@@ -86,7 +86,7 @@ _VERIFY_BATCH = 2000
 _SchemaState = tuple[bool, bool, bool, int]
 
 
-class PostgresEffectLedger:
+class PostgresEffectLedger(OperatorResolution):
     """An :class:`~effectguard.ledger.base.EffectLedger` in a PostgreSQL schema.
 
     ``url`` is a libpq URL or conninfo string; its tables live in ``schema``
@@ -409,45 +409,6 @@ class PostgresEffectLedger:
                 problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
                 pending = next(stream, None)
         return VerifyReport(operations, events_checked, tuple(problems))
-
-    # -- operator resolution -----------------------------------------------------------
-
-    def confirm(
-        self,
-        operation_id: str,
-        *,
-        output: Any,
-        provider_operation_id: str | None,
-        actor: str,
-        reason: str,
-        evidence_reference: str,
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.confirm`."""
-        return resolution.confirm(
-            self,
-            operation_id,
-            output=output,
-            provider_operation_id=provider_operation_id,
-            actor=actor,
-            reason=reason,
-            evidence_reference=evidence_reference,
-        )
-
-    def reject(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.reject`."""
-        return resolution.reject(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
-
-    def authorize_retry(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.authorize_retry`."""
-        return resolution.authorize_retry(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
 
     def close(self) -> None:
         """Close this process's connections; the ledger is unusable afterwards."""

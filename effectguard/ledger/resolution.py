@@ -29,7 +29,7 @@ from effectguard.fingerprint import canonical_json
 from effectguard.ledger.base import Changes, EventDraft, Expect
 from effectguard.model import EffectStatus, EventType, OperationRecord
 
-__all__ = ["authorize_retry", "confirm", "reject"]
+__all__ = ["OperatorResolution", "authorize_retry", "confirm", "reject"]
 
 _RESOLVABLE = frozenset(
     {
@@ -275,3 +275,47 @@ def authorize_retry(
     return _resolve(
         ledger, operation_id, action="authorize a retry of", allowed=_RETRYABLE, build=build
     )
+
+
+class OperatorResolution:
+    """Gives a ledger backend the audited operator writes, over its own ``get`` and ``transition``.
+
+    Backends inherit it, so the rules above are written once for every backend.
+    """
+
+    def confirm(
+        self: _Primitives,
+        operation_id: str,
+        *,
+        output: Any,
+        provider_operation_id: str | None,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.confirm`."""
+        return confirm(
+            self,
+            operation_id,
+            output=output,
+            provider_operation_id=provider_operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+        )
+
+    def reject(
+        self: _Primitives, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.reject`."""
+        return reject(
+            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+        )
+
+    def authorize_retry(
+        self: _Primitives, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.authorize_retry`."""
+        return authorize_retry(
+            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+        )

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from effectguard._files import create_private_file
 from effectguard.errors import (
     FencedWriteError,
     LedgerError,
@@ -30,7 +31,6 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.ledger import _sqlite_rows as rows
-from effectguard.ledger import resolution
 from effectguard.ledger.base import (
     Changes,
     EventDraft,
@@ -39,6 +39,7 @@ from effectguard.ledger.base import (
     check_chain,
     describe_mismatch,
 )
+from effectguard.ledger.resolution import OperatorResolution
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -123,7 +124,7 @@ class _Connection(sqlite3.Connection):
     """A connection that can be weakly referenced, so dead threads' connections are collected."""
 
 
-class SQLiteEffectLedger:
+class SQLiteEffectLedger(OperatorResolution):
     """An :class:`~effectguard.ledger.base.EffectLedger` in one SQLite file.
 
     The file is created with mode 0600 on the first write, never by a read;
@@ -200,13 +201,10 @@ class SQLiteEffectLedger:
 
     def _create_file(self) -> None:
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return
+            create_private_file(self.path)
         except OSError as exc:
             msg = f"cannot create ledger {self.path}: {exc.strerror}"
             raise LedgerUnavailableError(msg) from exc
-        os.close(fd)
 
     def _connect(self) -> _Connection:
         with self._translate():
@@ -500,45 +498,6 @@ class SQLiteEffectLedger:
             problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
             pending = event_rows.fetchone()
         return VerifyReport(operations, events_checked, tuple(problems))
-
-    # -- operator resolution -----------------------------------------------------------
-
-    def confirm(
-        self,
-        operation_id: str,
-        *,
-        output: Any,
-        provider_operation_id: str | None,
-        actor: str,
-        reason: str,
-        evidence_reference: str,
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.confirm`."""
-        return resolution.confirm(
-            self,
-            operation_id,
-            output=output,
-            provider_operation_id=provider_operation_id,
-            actor=actor,
-            reason=reason,
-            evidence_reference=evidence_reference,
-        )
-
-    def reject(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.reject`."""
-        return resolution.reject(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
-
-    def authorize_retry(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :func:`effectguard.ledger.resolution.authorize_retry`."""
-        return resolution.authorize_retry(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
 
     def close(self) -> None:
         """Close every connection this ledger opened, in any thread."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
 
+from effectguard._files import create_private_file
 from effectguard.runtime.checkpoints import conflict_message, encode_record
 from effectguard.runtime.errors import CheckpointConflictError, CheckpointError, RunExistsError
 from effectguard.runtime.state import RunRecord, RunState
@@ -93,13 +94,10 @@ class SQLiteCheckpointStore:
 
     def _create_file(self) -> None:
         try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return
+            create_private_file(self.path)
         except OSError as exc:
             msg = f"cannot create checkpoint store {self.path}: {exc.strerror}"
             raise CheckpointError(msg) from exc
-        os.close(fd)
 
     def _connection(self) -> sqlite3.Connection:
         if self._closed:

@@ -332,3 +332,19 @@ def test_installed_console_script_reads_and_refuses(tmp_path: Path) -> None:
     assert refused.stdout == ""
     assert refused.stderr == f"Error: no ledger at {missing} (reads never create one)\n"
     assert not missing.exists()
+
+
+@pytest.mark.postgres
+def test_reading_a_missing_postgres_ledger_creates_no_schema(postgres_url, postgres_schemas):
+    """On PostgreSQL too, a read names the missing ledger and leaves no schema behind."""
+    import psycopg  # noqa: PLC0415 - only this test needs the driver
+    from postgres_support import with_schema  # noqa: PLC0415
+
+    schema = postgres_schemas()
+    result = CliRunner().invoke(main, ["--db", with_schema(postgres_url, schema), "list"])
+    assert result.exit_code == 1, result.output
+    with psycopg.connect(postgres_url) as conn:
+        found = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+        ).fetchone()
+    assert found == (0,)
