@@ -1,15 +1,16 @@
 """The cost of one call: guarded vs by hand, replay vs a read, decorated vs direct.
 
-Every measurement alternates its subject and its baseline round by round
-(which goes first alternates too), so drift in the machine's load lands on
-both; each round calls ``ops`` distinct operations and reports microseconds
-per call.
+Every measurement interleaves its subject and its baseline in chunks of 50
+calls (which goes first rotates), so a slow moment of the disk or of a
+neighbour lands on both; each round calls ``ops`` distinct operations of each
+and reports microseconds per call.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,6 +30,8 @@ from effectguard.model import EffectResult, EffectStatus, EventType
 __all__ = ["CallBench", "arguments", "count_calls", "handler"]
 
 _WARMUP = 20
+# Calls of one measure timed in a row before the next measure takes its turn.
+_CHUNK = 50
 
 
 def _operation_id(arguments: Mapping[str, Any]) -> str:
@@ -59,13 +62,31 @@ def _check(result: EffectResult[Any], *, replayed: bool) -> None:
         raise BenchError(msg)
 
 
-def _alternate(rounds: int, *measures: Callable[[int], float]) -> tuple[tuple[float, ...], ...]:
-    """Run every measure ``rounds`` times, rotating which goes first; per-round results of each."""
-    results: list[list[float]] = [[] for _ in measures]
+def _interleave(
+    rounds: int, ops: int, *makers: Callable[[int], Callable[[int], None]]
+) -> tuple[tuple[float, ...], ...]:
+    """Microseconds per call of each measure, per round, the measures interleaved in chunks.
+
+    ``maker(round)`` returns the call of measure ``i`` for that round. Every
+    round runs ``ops`` calls of each measure in chunks of :data:`_CHUNK`,
+    rotating their order chunk by chunk, so a slow moment of the disk or of a
+    neighbour on a shared machine lands on every measure alike.
+    """
+    results: list[list[float]] = [[] for _ in makers]
     for index in range(rounds):
-        for offset in range(len(measures)):
-            which = (index + offset) % len(measures)
-            results[which].append(measures[which](index))
+        calls = [make(index) for make in makers]
+        spent = [0.0] * len(makers)
+        for turn, start in enumerate(range(0, ops, _CHUNK)):
+            numbers = range(start, min(start + _CHUNK, ops))
+            for offset in range(len(calls)):
+                which = (turn + offset) % len(calls)
+                call = calls[which]
+                started = time.perf_counter()
+                for n in numbers:
+                    call(n)
+                spent[which] += time.perf_counter() - started
+        for which, seconds in enumerate(spent):
+            results[which].append(seconds * 1_000_000 / ops)
     return tuple(tuple(values) for values in results)
 
 
@@ -166,11 +187,12 @@ class CallBench:
         Also returns, per round, the ledger's own two writes called directly,
         which splits the difference into the ledger's storage and the executor.
         """
-        subject, baseline, primitives = _alternate(
+        subject, baseline, primitives = _interleave(
             self.rounds,
-            lambda r: per_call_us(self.ops, self._guarded(f"g{r}")),
-            lambda r: per_call_us(self.ops, self._by_hand(f"g{r}")),
-            lambda r: per_call_us(self.ops, self._primitives(f"g{r}")),
+            self.ops,
+            lambda r: self._guarded(f"g{r}"),
+            lambda r: self._by_hand(f"g{r}"),
+            lambda r: self._primitives(f"g{r}"),
         )
         self.created += 2 * self.rounds * self.ops
         comparison = Comparison(
@@ -187,10 +209,11 @@ class CallBench:
 
         Replays the operations of :meth:`guarded`'s first round, which must have run.
         """
-        subject, baseline = _alternate(
+        subject, baseline = _interleave(
             self.rounds,
-            lambda _: per_call_us(self.ops, self._replay("g0")),
-            lambda _: per_call_us(self.ops, self._read("g0")),
+            self.ops,
+            lambda _: self._replay("g0"),
+            lambda _: self._read("g0"),
         )
         return Comparison(
             subject="EffectExecutor.execute of a CONFIRMED operation (replayed)",
@@ -224,16 +247,18 @@ class CallBench:
             return call
 
         per_call_us(_WARMUP, decorated("dwarm"))
-        fresh_subject, fresh_baseline = _alternate(
+        fresh_subject, fresh_baseline = _interleave(
             self.rounds,
-            lambda r: per_call_us(self.ops, decorated(f"dec{r}")),
-            lambda r: per_call_us(self.ops, executed(f"dir{r}")),
+            self.ops,
+            lambda r: decorated(f"dec{r}"),
+            lambda r: executed(f"dir{r}"),
         )
         self.created += _WARMUP + 2 * self.rounds * self.ops
-        replay_subject, replay_baseline = _alternate(
+        replay_subject, replay_baseline = _interleave(
             self.rounds,
-            lambda _: per_call_us(self.ops, decorated("dec0")),
-            lambda _: per_call_us(self.ops, executed("dir0")),
+            self.ops,
+            lambda _: decorated("dec0"),
+            lambda _: executed("dir0"),
         )
         subject = "@effect-decorated function, called"
         baseline = "EffectExecutor.execute with the equivalent contract"
