@@ -27,7 +27,7 @@ from effectguard.fingerprint import canonical_json
 from effectguard.ledger.base import Changes, EffectLedger, EventDraft, Expect, Lease, NewOperation
 from effectguard.model import EffectResult, EffectStatus, EventType
 
-__all__ = ["CallBench", "arguments", "count_calls", "handler"]
+__all__ = ["CONTRACT", "CallBench", "arguments", "count_calls", "handler"]
 
 _WARMUP = 20
 # Calls of one measure timed in a row before the next measure takes its turn.
@@ -67,7 +67,7 @@ def _interleave(
 ) -> tuple[tuple[float, ...], ...]:
     """Microseconds per call of each measure, per round, the measures interleaved in chunks.
 
-    ``maker(round)`` returns the call of measure ``i`` for that round. Every
+    Each maker, given the round's index, returns that measure's call. Every
     round runs ``ops`` calls of each measure in chunks of :data:`_CHUNK`,
     rotating their order chunk by chunk, so a slow moment of the disk or of a
     neighbour on a shared machine lands on every measure alike.
