@@ -10,6 +10,7 @@ expiry and without presuming overlap risk.
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import os
 import threading
@@ -71,17 +72,25 @@ class Renewal:
     lost: bool = False
     stopped: bool = field(default=False, repr=False)
 
-    def __lt__(self, other: Renewal) -> bool:
-        return self.due < other.due
-
 
 class LeaseKeeper:
-    """Renews registered leases every third of their length from one background thread."""
+    """Renews registered leases every third of their length from one background thread.
+
+    Most leases are stopped long before they are first due (a call takes
+    milliseconds, a lease lasts seconds), so starting and stopping one never
+    wakes the keeper: it wakes only when the earliest live lease is due, and
+    drops stopped ones as they reach the head of its queue.
+    """
 
     def __init__(self) -> None:
         self._condition = threading.Condition()
-        self._queue: list[Renewal] = []
+        # (due, sequence, renewal): tuples compare in C; the sequence breaks ties.
+        self._queue: list[tuple[float, int, Renewal]] = []
+        self._sequence = itertools.count()
         self._thread: threading.Thread | None = None
+
+    def _push(self, renewal: Renewal) -> None:
+        heapq.heappush(self._queue, (renewal.due, next(self._sequence), renewal))
 
     def start(
         self,
@@ -95,34 +104,43 @@ class LeaseKeeper:
         renewal = Renewal(ledger, operation_id, token, seconds, now)
         renewal.due = time.monotonic() + seconds / 3
         with self._condition:
-            heapq.heappush(self._queue, renewal)
+            self._push(renewal)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="effectguard-lease-keeper", daemon=True
                 )
                 self._thread.start()
-            self._condition.notify()
+            elif self._queue[0][2] is renewal:
+                # Due before everything queued: the keeper must wake earlier than it planned.
+                self._condition.notify()
         return renewal
 
     def stop(self, renewal: Renewal) -> None:
-        """Stop renewing; the entry leaves the queue the next time it comes due."""
+        """Stop renewing; the entry leaves the queue when it reaches the head."""
         renewal.stopped = True
+
+    def _next_due(self) -> Renewal:
+        """Wait until the earliest live renewal is due and take it (call holding the condition)."""
+        queue = self._queue
+        while True:
+            while queue and queue[0][2].stopped:
+                heapq.heappop(queue)
+            if not queue:
+                self._condition.wait()
+                continue
+            delay = queue[0][0] - time.monotonic()
+            if delay <= 0:
+                return heapq.heappop(queue)[2]
+            self._condition.wait(delay)
 
     def _run(self) -> None:
         while True:
             with self._condition:
-                while not self._queue or self._queue[0].due > time.monotonic():
-                    if self._queue:
-                        self._condition.wait(self._queue[0].due - time.monotonic())
-                    else:
-                        self._condition.wait()
-                renewal = heapq.heappop(self._queue)
-            if renewal.stopped:
-                continue
+                renewal = self._next_due()
             self._renew(renewal)
             if not renewal.stopped and not renewal.lost:
                 with self._condition:
-                    heapq.heappush(self._queue, renewal)
+                    self._push(renewal)
 
     @staticmethod
     def _renew(renewal: Renewal) -> None:
@@ -143,6 +161,7 @@ class LeaseKeeper:
     def reset(self) -> None:
         self._condition = threading.Condition()
         self._queue = []
+        self._sequence = itertools.count()
         self._thread = None
 
 

@@ -33,6 +33,35 @@ _GENESIS = b"effectguard-event-chain-v1"
 
 def check_json_value(value: Any, path: str = "$") -> None:
     """Raise ``TypeError`` naming the first part of ``value`` that is not canonical JSON."""
+    if not _plainly_valid(value):
+        _check(value, path)
+
+
+# Every stored or hashed value passes through here several times per call, and
+# almost all are plain dicts, lists and scalars: check those by exact type
+# without building a path; anything else takes the full check, which names the
+# offending part (and accepts subclasses and other mappings, as before).
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _plainly_valid(value: Any) -> bool:
+    """True when ``value`` is built of exact plain types only and is valid; False: check fully."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return True
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or (type(item) not in _PLAIN and not _plainly_valid(item)):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        return all(type(item) in _PLAIN or _plainly_valid(item) for item in value)
+    if kind is float:
+        return math.isfinite(value)
+    return False
+
+
+def _check(value: Any, path: str) -> None:
     if value is None or isinstance(value, (str, bool, int)):
         return
     if isinstance(value, float):
@@ -45,22 +74,26 @@ def check_json_value(value: Any, path: str = "$") -> None:
             if not isinstance(key, str):
                 msg = f"{path} has a key {key!r} of type {type(key).__name__}; keys must be str"
                 raise TypeError(msg)
-            check_json_value(item, f"{path}.{key}")
+            _check(item, f"{path}.{key}")
         return
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            check_json_value(item, f"{path}[{index}]")
+            _check(item, f"{path}[{index}]")
         return
     msg = f"{path} is a {type(value).__name__}, which is not JSON-encodable"
     raise TypeError(msg)
 
 
+# One encoder for every call: json.dumps with these options builds a new one each time.
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> str:
     """Return the canonical JSON text of ``value``; ``TypeError`` if it has none."""
     check_json_value(value)
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
+    return _ENCODER.encode(value)
 
 
 def _sha256_hex(text: str) -> str:

@@ -8,52 +8,26 @@ attach to it with ``cli.add_command``.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import click
 
 from effectguard import __version__
+from effectguard.cli._reports import (
+    INVARIANT_BROKEN,
+    OUTPUT,
+    BadInput,
+    check_output,
+    write_json,
+)
+from effectguard.cli.bench import bench
 from effectguard.errors import EffectGuardError
 from effectguard.testkit.matrix import MatrixReport, run_matrix
 from effectguard.testkit.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 __all__ = ["cli", "main"]
-
-#: Exit status when an invariant broke (a duplicate, a lost confirmation, a failed check).
-INVARIANT_BROKEN = 1
-
-
-class BadInput(click.ClickException):
-    """Input that cannot be run as given; exit status 2, nothing recorded."""
-
-    exit_code = 2
-
-
-def _check_output(output: Path | None) -> None:
-    """Refuse an ``--output`` that cannot be written, before anything runs."""
-    if output is None:
-        return
-    if output.is_dir():
-        msg = f"--output {output} is a directory"
-        raise BadInput(msg)
-    if not output.parent.is_dir():
-        msg = f"--output {output}: directory {output.parent} does not exist"
-        raise BadInput(msg)
-
-
-def _write_json(output: Path, data: dict[str, Any]) -> None:
-    try:
-        output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot write the report to {output}: {exc.strerror or exc}"
-        raise BadInput(msg) from exc
-
-
-_OUTPUT = click.Path(dir_okay=False, path_type=Path)
 
 
 @click.group(
@@ -68,7 +42,7 @@ _OUTPUT = click.Path(dir_okay=False, path_type=Path)
     help="Run one scenario (see --list).",
 )
 @click.option("--list", "list_scenarios", is_flag=True, help="List the scenarios and exit.")
-@click.option("--output", type=_OUTPUT, help="Write the scenario's JSON report to this file.")
+@click.option("--output", type=OUTPUT, help="Write the scenario's JSON report to this file.")
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -110,14 +84,14 @@ def cli(
             raise click.UsageError(msg)
         click.echo(ctx.get_help())
         return
-    _check_output(output)
+    check_output(output)
     try:
         report = run_scenario(scenario_name, seed=seed, db=db)
     except (ScenarioError, EffectGuardError) as exc:
         raise BadInput(str(exc)) from exc
     click.echo(report.summary())
     if output is not None:
-        _write_json(output, report.to_json())
+        write_json(output, report.to_json())
     if not report.invariant_held:
         ctx.exit(INVARIANT_BROKEN)
 
@@ -133,7 +107,7 @@ def cli(
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed the episodes are drawn from."
 )
-@click.option("--output", type=_OUTPUT, help="Write the JSON report (every episode) to this file.")
+@click.option("--output", type=OUTPUT, help="Write the JSON report (every episode) to this file.")
 @click.option(
     "--broken-contract",
     is_flag=True,
@@ -148,7 +122,7 @@ def matrix(
 
     Exits 1 on any duplicate effect or lost confirmation.
     """
-    _check_output(output)
+    check_output(output)
     started = time.monotonic()
     if sys.stdout.isatty():
         with click.progressbar(length=episodes, label="episodes") as bar:
@@ -163,7 +137,7 @@ def matrix(
     failed = report.failed_episodes
     click.echo(f"matrix: {report.total.episodes - failed} passed, {failed} failed")
     if output is not None:
-        _write_json(output, report.to_json())
+        write_json(output, report.to_json())
     if not report.ok:
         ctx.exit(INVARIANT_BROKEN)
 
@@ -178,6 +152,9 @@ def _verdict(report: MatrixReport, elapsed: float) -> str:
         f"{total.duplicate_effects} duplicate effects, {total.lost_confirmations} lost "
         f"confirmations, {total.needlessly_quarantined} needless quarantines{chains}"
     )
+
+
+cli.add_command(bench)
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from effectguard.fingerprint import canonical_json, chain_hash
-from effectguard.ledger.base import UNSET, Changes, EventDraft, Lease
+from effectguard.ledger.base import UNSET, Changes, EventDraft, Lease, NewOperation
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -25,7 +25,16 @@ from effectguard.model import (
     to_micros,
 )
 
-__all__ = ["after", "chain_parameters", "changed_columns", "event", "moment", "record", "utc"]
+__all__ = [
+    "after",
+    "chain_parameters",
+    "changed_columns",
+    "created",
+    "event",
+    "moment",
+    "record",
+    "utc",
+]
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -135,6 +144,40 @@ def chain_parameters(
         columns["hash"].append(previous)
     parameters: dict[str, Any] = {f"e_{name}": values for name, values in columns.items()}
     parameters.update(at=at, new_count=count, new_head=previous or b"")
+    return parameters
+
+
+def created(operation: NewOperation, events: Sequence[EventDraft], at: datetime) -> dict[str, Any]:
+    """Return ``operation`` as first claimed at ``at``: every column, by name, and its events.
+
+    The events are the ``e_*`` arrays of :func:`chain_parameters`, with ``at``.
+    """
+    parameters = chain_parameters(operation.operation_id, events, 0, b"", at)
+    lease = operation.lease
+    parameters.update(
+        operation_id=operation.operation_id,
+        contract=operation.contract,
+        contract_version=operation.contract_version,
+        fingerprint=operation.fingerprint,
+        provider_key=operation.provider_key,
+        status=EffectStatus.DISPATCHED.value,
+        attempts=1,
+        attempt_budget=operation.attempt_budget,
+        arguments=canonical_json(operation.arguments),
+        output=None,
+        provider_operation_id=None,
+        reason=None,
+        evidence=None,
+        lease_token=lease.token,
+        lease_owner=canonical_json(lease.owner.to_json()),
+        lease_expires_at=after(at, lease.seconds),
+        overlap=None,
+        created_at=at,
+        updated_at=at,
+        first_dispatched_at=at,
+        event_count=parameters.pop("new_count"),
+        event_head=parameters.pop("new_head"),
+    )
     return parameters
 
 

@@ -7,6 +7,7 @@ validated as a plain lowercase identifier before it is ever put in SQL.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable
@@ -18,6 +19,7 @@ from effectguard.errors import ConfigurationError
 __all__ = [
     "DEFAULT_SCHEMA",
     "MIGRATIONS",
+    "OPERATION_COLUMNS",
     "SCHEMA_VERSION",
     "Statements",
     "check_schema_name",
@@ -87,7 +89,8 @@ SCHEMA_VERSION = len(MIGRATIONS)
 # replayed byte for byte and event evidence is hashed as written (jsonb would
 # turn 1e20 into 100000000000000000000 and break the chain).
 _JSON_COLUMNS = frozenset({"arguments", "output", "evidence", "lease_owner", "overlap"})
-_OPERATION_COLUMNS = (
+#: The operations table's columns, in the order every statement returns them.
+OPERATION_COLUMNS = (
     "operation_id",
     "contract",
     "contract_version",
@@ -183,10 +186,11 @@ def advisory_lock_key(schema: str) -> int:
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+@functools.cache  # built into every statement of every call; the same text each time
 def _select_list(alias: str) -> str:
     return ", ".join(
         f"{alias}.{name}::text" if name in _JSON_COLUMNS else f"{alias}.{name}"
-        for name in _OPERATION_COLUMNS
+        for name in OPERATION_COLUMNS
     )
 
 
@@ -277,14 +281,13 @@ class Statements:
     @property
     def claim(self) -> str:
         """Insert the operation and its events, unless the operation id is taken."""
-        names = ", ".join(_OPERATION_COLUMNS)
+        names = ", ".join(OPERATION_COLUMNS)
+        values = ", ".join(
+            f"%({name})s::json" if name in _JSON_COLUMNS else f"%({name})s"
+            for name in OPERATION_COLUMNS
+        )
         return (
-            f"WITH op AS (INSERT INTO {self.qualified}.operations AS o ({names}) VALUES ("
-            "%(operation_id)s, %(contract)s, %(contract_version)s, %(fingerprint)s,"
-            " %(provider_key)s, %(status)s, 1, %(attempt_budget)s, %(arguments)s::json,"
-            " NULL, NULL, NULL, NULL, %(lease_token)s, %(lease_owner)s::json,"
-            " %(lease_expires_at)s, NULL, %(at)s, %(at)s, %(at)s, %(event_count)s,"
-            " %(event_head)s)"
+            f"WITH op AS (INSERT INTO {self.qualified}.operations AS o ({names}) VALUES ({values})"
             f" ON CONFLICT (operation_id) DO NOTHING RETURNING {_select_list('o')}),"
             f" ev AS ({self._insert_events}) SELECT * FROM op"
         )

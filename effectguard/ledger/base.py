@@ -38,6 +38,7 @@ __all__ = [
     "Lease",
     "NewOperation",
     "Unset",
+    "Versioned",
     "check_chain",
     "describe_mismatch",
 ]
@@ -223,9 +224,26 @@ class EffectLedger(Protocol):
         ...
 
 
-def describe_mismatch(
-    record: OperationRecord, expect: Expect, *, lease_expired: bool
-) -> str | None:
+class Versioned(Protocol):
+    """What :func:`describe_mismatch` reads of a row: an OperationRecord, or less."""
+
+    @property
+    def status(self) -> EffectStatus:
+        """The operation's status."""
+        ...
+
+    @property
+    def lease_token(self) -> str | None:
+        """The token of the lease on it, if any."""
+        ...
+
+    @property
+    def event_count(self) -> int:
+        """How many events it has."""
+        ...
+
+
+def describe_mismatch(record: Versioned, expect: Expect, *, lease_expired: bool) -> str | None:
     """Return why ``record`` fails ``expect`` (None when it matches).
 
     ``lease_expired`` is whether the record's lease is absent or expired at the

@@ -11,32 +11,30 @@ WAL does not work across hosts or on network file systems: use PostgreSQL there.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from effectguard._files import create_private_file
 from effectguard.errors import (
     FencedWriteError,
+    LedgerError,
     LedgerLockedError,
     LedgerNotFoundError,
     LedgerSchemaError,
     LedgerUnavailableError,
     OperationNotFoundError,
 )
-from effectguard.fingerprint import canonical_json, chain_hash
+from effectguard.ledger import _sqlite_rows as rows
 from effectguard.ledger.base import (
-    UNSET,
     Changes,
     EventDraft,
     Expect,
-    Lease,
     NewOperation,
     check_chain,
     describe_mismatch,
@@ -45,13 +43,8 @@ from effectguard.ledger.resolution import OperatorResolution
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
-    EventType,
-    LeaseOwner,
     OperationRecord,
-    OverlapHolder,
     VerifyReport,
-    chain_document,
-    from_micros,
 )
 
 __all__ = ["SCHEMA_VERSION", "SQLiteEffectLedger"]
@@ -114,21 +107,21 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SYNCHRONOUS = frozenset({"FULL", "EXTRA", "NORMAL"})
 
-_COLUMNS = (
-    "operation_id, contract, contract_version, fingerprint, provider_key, status, attempts,"
-    " attempt_budget, arguments, output, provider_operation_id, reason, evidence, lease_token,"
-    " lease_owner, lease_expires_us, overlap, created_us, updated_us, first_dispatched_us,"
-    " event_count, event_head"
+_INSERT_OPERATION = (
+    f"INSERT INTO operations ({rows.COLUMNS}) VALUES ({','.join('?' * len(rows.COLUMN_NAMES))})"
+    " ON CONFLICT (operation_id) DO NOTHING"
 )
-_EVENT_COLUMNS = "operation_id, seq, type, from_status, to_status, attempt, at_us, evidence, hash"
+_INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_SELECT_ONE = f"SELECT {rows.COLUMNS} FROM operations WHERE operation_id = ?"
+# Every column but the key, in COLUMN_NAMES order, then the key.
+_UPDATE_OPERATION = (
+    f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.COLUMN_NAMES[1:])}"
+    " WHERE operation_id = ?"
+)
 
 
 class _Connection(sqlite3.Connection):
     """A connection that can be weakly referenced, so dead threads' connections are collected."""
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 class SQLiteEffectLedger(OperatorResolution):
@@ -186,25 +179,25 @@ class SQLiteEffectLedger(OperatorResolution):
     def _translate(self) -> Iterator[None]:
         try:
             yield
-        except sqlite3.OperationalError as exc:
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
+
+    def _translated(self, exc: sqlite3.Error) -> LedgerError:
+        """The ledger error a driver error surfaces as (the caller raises it ``from exc``)."""
+        if isinstance(exc, sqlite3.OperationalError):
             text = str(exc)
             if "locked" in text or "busy" in text:
-                msg = (
-                    f"ledger {self.path} is locked by another writer "
-                    f"(waited the busy timeout of {self.busy_timeout:g}s)"
-                )
-                raise LedgerLockedError(msg) from exc
-            msg = f"ledger {self.path} is unavailable: {text}"
-            raise LedgerUnavailableError(msg) from exc
-        except sqlite3.DatabaseError as exc:
-            if "not a database" in str(exc):
-                msg = f"{self.path} is not a SQLite database"
-                raise LedgerSchemaError(msg) from exc
-            msg = f"ledger {self.path} failed: {exc}"
-            raise LedgerUnavailableError(msg) from exc
-        except sqlite3.Error as exc:
-            msg = f"ledger {self.path} failed: {exc}"
-            raise LedgerUnavailableError(msg) from exc
+                return self._locked()
+            return LedgerUnavailableError(f"ledger {self.path} is unavailable: {text}")
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+            return LedgerSchemaError(f"{self.path} is not a SQLite database")
+        return LedgerUnavailableError(f"ledger {self.path} failed: {exc}")
+
+    def _locked(self) -> LedgerLockedError:
+        return LedgerLockedError(
+            f"ledger {self.path} is locked by another writer "
+            f"(waited the busy timeout of {self.busy_timeout:g}s)"
+        )
 
     def _create_file(self) -> None:
         try:
@@ -312,16 +305,19 @@ class SQLiteEffectLedger(OperatorResolution):
             self._local.pid = os.getpid()
         return conn
 
+    # _read and _write run on every call: plain try/except, no context-manager generator.
     def _read(self, work: Callable[[_Connection], T], missing: T) -> T:
         if not self._ready and not self.path.exists():
             return missing
         conn = self._open()
-        with self._translate():
+        try:
             return work(conn)
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
 
     def _write(self, work: Callable[[_Connection], T]) -> T:
         conn = self._open()
-        with self._translate():
+        try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 result = work(conn)
@@ -331,101 +327,17 @@ class SQLiteEffectLedger(OperatorResolution):
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                 raise
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
         return result
 
     def _now_us(self, now: float | None) -> int:
         return round((self._clock() if now is None else now) * 1_000_000)
 
-    # -- row mapping -----------------------------------------------------------------
-
-    def _record(self, row: Sequence[Any], now_us: int) -> OperationRecord:
-        owner = _loads(row[14])
-        expires = row[15]
-        return OperationRecord(
-            operation_id=row[0],
-            contract=row[1],
-            contract_version=row[2],
-            fingerprint=row[3],
-            provider_key=row[4],
-            status=EffectStatus(row[5]),
-            attempts=row[6],
-            attempt_budget=row[7],
-            arguments=json.loads(row[8]),
-            output_json=row[9],
-            provider_operation_id=row[10],
-            reason=row[11],
-            evidence=_loads(row[12]) or {},
-            lease_token=row[13],
-            lease_owner=None if owner is None else LeaseOwner.from_json(owner),
-            lease_expires_at=None if expires is None else from_micros(expires),
-            lease_live=row[13] is not None and expires is not None and expires > now_us,
-            overlap=tuple(OverlapHolder.from_json(item) for item in _loads(row[16]) or ()),
-            created_at=from_micros(row[17]),
-            updated_at=from_micros(row[18]),
-            first_dispatched_at=from_micros(row[19]),
-            event_count=row[20],
-            event_head=bytes(row[21]),
-        )
-
     @staticmethod
-    def _event(row: Sequence[Any]) -> EffectEvent:
-        return EffectEvent(
-            operation_id=row[0],
-            seq=row[1],
-            type=EventType(row[2]),
-            from_status=None if row[3] is None else EffectStatus(row[3]),
-            to_status=EffectStatus(row[4]),
-            attempt=row[5],
-            at=from_micros(row[6]),
-            evidence=_loads(row[7]) or {},
-            hash=bytes(row[8]),
-        )
-
-    def _select(self, conn: _Connection, operation_id: str) -> Sequence[Any] | None:
-        row: Sequence[Any] | None = conn.execute(
-            f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?", (operation_id,)
-        ).fetchone()
+    def _select(conn: _Connection, operation_id: str) -> Sequence[Any] | None:
+        row: Sequence[Any] | None = conn.execute(_SELECT_ONE, (operation_id,)).fetchone()
         return row
-
-    @staticmethod
-    def _append_events(
-        conn: _Connection,
-        operation_id: str,
-        events: Sequence[EventDraft],
-        count: int,
-        head: bytes | None,
-        now_us: int,
-    ) -> tuple[int, bytes | None]:
-        rows = []
-        for draft in events:
-            count += 1
-            evidence = dict(draft.evidence)
-            document = chain_document(
-                operation_id,
-                count,
-                draft.type,
-                draft.from_status,
-                draft.to_status,
-                draft.attempt,
-                now_us,
-                evidence,
-            )
-            head = chain_hash(head, document)
-            rows.append(
-                (
-                    operation_id,
-                    count,
-                    draft.type.value,
-                    None if draft.from_status is None else draft.from_status.value,
-                    draft.to_status.value,
-                    draft.attempt,
-                    now_us,
-                    canonical_json(evidence) if evidence else None,
-                    head,
-                )
-            )
-        conn.executemany(f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)", rows)
-        return count, head
 
     # -- primitives ------------------------------------------------------------------
 
@@ -434,45 +346,17 @@ class SQLiteEffectLedger(OperatorResolution):
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
         now_us = self._now_us(now)
-        lease = operation.lease
-        arguments = canonical_json(operation.arguments)
-        owner = canonical_json(lease.owner.to_json())
-        expires = now_us + round(lease.seconds * 1_000_000)
+        # Nothing in a new row depends on what is stored: build it before taking the lock.
+        values, events_rows = rows.created(operation, events, now_us)
 
         def work(conn: _Connection) -> tuple[OperationRecord, bool]:
-            row = self._select(conn, operation.operation_id)
-            if row is not None:
-                return self._record(row, now_us), False
-            count, head = self._append_events(conn, operation.operation_id, events, 0, None, now_us)
-            values = (
-                operation.operation_id,
-                operation.contract,
-                operation.contract_version,
-                operation.fingerprint,
-                operation.provider_key,
-                EffectStatus.DISPATCHED.value,
-                1,
-                operation.attempt_budget,
-                arguments,
-                None,
-                None,
-                None,
-                None,
-                lease.token,
-                owner,
-                expires,
-                None,
-                now_us,
-                now_us,
-                now_us,
-                count,
-                head or b"",
-            )
-            conn.execute(
-                f"INSERT INTO operations ({_COLUMNS}) VALUES ({','.join('?' * len(values))})",
-                values,
-            )
-            return self._record(values, now_us), True
+            # Insert first: a new operation, the common case, then needs no read.
+            if conn.execute(_INSERT_OPERATION, values).rowcount == 0:
+                row = self._select(conn, operation.operation_id)
+                assert row is not None  # noqa: S101 - the insert found it, inside this transaction
+                return rows.record(row, now_us), False
+            conn.executemany(_INSERT_EVENT, events_rows)
+            return rows.record(values, now_us), True
 
         return self._write(work)
 
@@ -492,24 +376,16 @@ class SQLiteEffectLedger(OperatorResolution):
             row = self._select(conn, operation_id)
             if row is None:
                 raise OperationNotFoundError(operation_id)
-            current = self._record(row, now_us)
+            current = rows.version(row, now_us)
             problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
             if problem is not None:
                 msg = f"write to operation {operation_id!r} refused: {problem}"
                 raise FencedWriteError(msg)
-            values = dict(zip(_COLUMNS.replace(" ", "").split(","), row, strict=True))
-            values.update(_changed_columns(changes, now_us))
-            count, head = self._append_events(
-                conn, operation_id, events, current.event_count, current.event_head or None, now_us
-            )
-            values.update(updated_us=now_us, event_count=count, event_head=head or b"")
-            assignments = ", ".join(
-                f"{name} = :{name}" for name in values if name != "operation_id"
-            )
-            conn.execute(
-                f"UPDATE operations SET {assignments} WHERE operation_id = :operation_id", values
-            )
-            return self._record(tuple(values.values()), now_us)
+            values, events_rows = rows.transitioned(row, changes, events, now_us)
+            conn.executemany(_INSERT_EVENT, events_rows)
+            updated = tuple(values.values())
+            conn.execute(_UPDATE_OPERATION, (*updated[1:], operation_id))
+            return rows.record(updated, now_us)
 
         return self._write(work)
 
@@ -537,7 +413,7 @@ class SQLiteEffectLedger(OperatorResolution):
 
         def work(conn: _Connection) -> OperationRecord | None:
             row = self._select(conn, operation_id)
-            return None if row is None else self._record(row, now_us)
+            return None if row is None else rows.record(row, now_us)
 
         return self._read(work, None)
 
@@ -563,11 +439,11 @@ class SQLiteEffectLedger(OperatorResolution):
         now_us = self._now_us(None)
 
         def work(conn: _Connection) -> list[OperationRecord]:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM operations {where} ORDER BY updated_us DESC LIMIT ?",
+            found = conn.execute(
+                f"SELECT {rows.COLUMNS} FROM operations {where} ORDER BY updated_us DESC LIMIT ?",
                 (*params, limit),
             ).fetchall()
-            return [self._record(row, now_us) for row in rows]
+            return [rows.record(row, now_us) for row in found]
 
         return self._read(work, [])
 
@@ -575,11 +451,11 @@ class SQLiteEffectLedger(OperatorResolution):
         """See :meth:`EffectLedger.events`."""
 
         def work(conn: _Connection) -> list[EffectEvent]:
-            rows = conn.execute(
-                f"SELECT {_EVENT_COLUMNS} FROM events WHERE operation_id = ? ORDER BY seq",
+            found = conn.execute(
+                f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE operation_id = ? ORDER BY seq",
                 (operation_id,),
             ).fetchall()
-            return [self._event(row) for row in rows]
+            return [rows.event(row) for row in found]
 
         return self._read(work, [])
 
@@ -600,7 +476,9 @@ class SQLiteEffectLedger(OperatorResolution):
         heads = conn.execute(
             "SELECT operation_id, event_count, event_head FROM operations ORDER BY operation_id"
         )
-        event_rows = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
+        event_rows = conn.execute(
+            f"SELECT {rows.EVENT_COLUMNS} FROM events ORDER BY operation_id, seq"
+        )
         problems = []
         operations = events_checked = 0
         pending = event_rows.fetchone()
@@ -609,15 +487,15 @@ class SQLiteEffectLedger(OperatorResolution):
             chain = []
             # Events of operations that have no row sort before this one: orphans.
             while pending is not None and pending[0] < operation_id:
-                problems.extend(check_chain(pending[0], 0, b"", [self._event(pending)]))
+                problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
                 pending = event_rows.fetchone()
             while pending is not None and pending[0] == operation_id:
-                chain.append(self._event(pending))
+                chain.append(rows.event(pending))
                 pending = event_rows.fetchone()
             events_checked += len(chain)
             problems.extend(check_chain(operation_id, count, bytes(head), chain))
         while pending is not None:
-            problems.extend(check_chain(pending[0], 0, b"", [self._event(pending)]))
+            problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
             pending = event_rows.fetchone()
         return VerifyReport(operations, events_checked, tuple(problems))
 
@@ -636,31 +514,3 @@ class SQLiteEffectLedger(OperatorResolution):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _changed_columns(changes: Changes, now_us: int) -> Mapping[str, Any]:
-    columns: dict[str, Any] = {"status": changes.status.value}
-    if changes.lease is not UNSET:
-        lease: Lease | None = changes.lease
-        if lease is None:
-            columns.update(lease_token=None, lease_owner=None, lease_expires_us=None)
-        else:
-            columns.update(
-                lease_token=lease.token,
-                lease_owner=canonical_json(lease.owner.to_json()),
-                lease_expires_us=now_us + round(lease.seconds * 1_000_000),
-            )
-    simple = {
-        "attempts": changes.attempts,
-        "attempt_budget": changes.attempt_budget,
-        "output": changes.output_json,
-        "provider_operation_id": changes.provider_operation_id,
-        "reason": changes.reason,
-    }
-    columns.update({name: value for name, value in simple.items() if value is not UNSET})
-    if changes.evidence is not UNSET:
-        columns["evidence"] = canonical_json(dict(changes.evidence)) if changes.evidence else None
-    if changes.overlap is not UNSET:
-        holders = [holder.to_json() for holder in changes.overlap]
-        columns["overlap"] = canonical_json(holders) if holders else None
-    return columns

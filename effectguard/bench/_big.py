@@ -1,0 +1,120 @@
+"""Operator reads on a large ledger, and how many bytes a ledger spends per operation.
+
+The bench fabricates the large ledger in one transaction (see
+:mod:`effectguard.bench._histories`), then times the reads an operator runs
+during an incident: the quarantined operations, newest first, and one
+operation's events.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from effectguard.bench._histories import QUARANTINE_EVERY, histories, operation_id
+from effectguard.bench._site import Site
+from effectguard.bench._stats import rounded
+from effectguard.model import EffectStatus
+
+__all__ = ["LIST_TARGET_MS", "BigLedger", "measure"]
+
+#: Listing the quarantined operations of a 1,000,000-operation ledger must take less than this.
+LIST_TARGET_MS = 20.0
+#: Reads timed per round, for each kind of read.
+_READS = 20
+_NAME = "big"
+
+
+@dataclass(frozen=True, slots=True)
+class BigLedger:
+    """The large ledger: its size, build time, read times per round and bytes per operation."""
+
+    operations: int
+    quarantined: int
+    build_seconds: float
+    listed: int
+    list_rounds_ms: tuple[float, ...]
+    events_rounds_ms: tuple[float, ...]
+    events_per_operation: int
+    bytes_total: int
+
+    @property
+    def list_ms(self) -> float:
+        """Median milliseconds of ``list_operations(status=QUARANTINED, limit=100)``."""
+        return statistics.median(self.list_rounds_ms)
+
+    @property
+    def events_ms(self) -> float:
+        """Median milliseconds of ``events(op)`` for one operation."""
+        return statistics.median(self.events_rounds_ms)
+
+    def to_json(self) -> dict[str, Any]:
+        """The large ledger as the bench's JSON report shows it."""
+        return {
+            "operations": self.operations,
+            "quarantined": self.quarantined,
+            "build_seconds": round(self.build_seconds, 1),
+            "list_quarantined": {
+                "limit": 100,
+                "returned": self.listed,
+                "ms": round(self.list_ms, 3),
+                "rounds_ms": rounded(self.list_rounds_ms, 3),
+                "target_ms": LIST_TARGET_MS,
+                "met": self.list_ms < LIST_TARGET_MS,
+            },
+            "events": {
+                "events_per_operation": self.events_per_operation,
+                "ms": round(self.events_ms, 3),
+                "rounds_ms": rounded(self.events_rounds_ms, 3),
+            },
+            "bytes_total": self.bytes_total,
+            "bytes_per_operation": round(self.bytes_total / self.operations, 1),
+        }
+
+
+def _median_ms(read: Callable[[], object]) -> float:
+    times = []
+    for _ in range(_READS):
+        started = time.perf_counter()
+        read()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+def measure(site: Site, size: int, rounds: int, progress: Callable[[str], None]) -> BigLedger:
+    """Build a ledger of ``size`` operations on ``site``, then time its reads ``rounds`` times."""
+    progress(f"building a ledger of {size:,} operations")
+    started = time.perf_counter()
+    site.bulk_load(_NAME, histories(size, time.time_ns() // 1000))
+    build_seconds = time.perf_counter() - started
+    ledger = site.ledger(_NAME)
+    try:
+        chooser = random.Random(size)
+        listed = len(ledger.list_operations(status=EffectStatus.QUARANTINED, limit=100))
+        events_per_operation = len(ledger.events(operation_id(0)))
+        list_rounds, events_rounds = [], []
+        for index in range(rounds):
+            progress(f"large-ledger reads, round {index + 1}/{rounds}")
+            list_rounds.append(
+                _median_ms(
+                    lambda: ledger.list_operations(status=EffectStatus.QUARANTINED, limit=100)
+                )
+            )
+            wanted = operation_id(chooser.randrange(size))
+            events_rounds.append(_median_ms(lambda: ledger.events(wanted)))  # noqa: B023 - called at once
+    finally:
+        ledger.close()
+    return BigLedger(
+        operations=size,
+        quarantined=size // QUARANTINE_EVERY,
+        build_seconds=build_seconds,
+        listed=listed,
+        list_rounds_ms=tuple(list_rounds),
+        events_rounds_ms=tuple(events_rounds),
+        events_per_operation=events_per_operation,
+        bytes_total=site.ledger_bytes(_NAME),
+    )

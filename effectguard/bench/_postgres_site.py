@@ -1,0 +1,227 @@
+"""The PostgreSQL site: each ledger and the baseline in a schema of its own, dropped at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import psycopg
+
+from effectguard.bench._config import BenchError
+from effectguard.bench._histories import History
+from effectguard.ledger import _postgres_rows as rows
+from effectguard.ledger._postgres_connections import describe
+from effectguard.ledger._postgres_sql import OPERATION_COLUMNS
+from effectguard.ledger.postgres import PostgresEffectLedger
+from effectguard.model import from_micros
+
+__all__ = ["PostgresRaw", "PostgresSite"]
+
+# Operations per pair of COPY statements while bulk-loading (one transaction throughout).
+_CHUNK = 5000
+_EVENT_COLUMNS = "operation_id, seq, type, from_status, to_status, attempt, at, evidence, hash"
+# The durability the ledger gives its own sessions (see _postgres_connections).
+_DURABLE = (
+    "SET TIME ZONE 'UTC'; SELECT set_config('synchronous_commit', 'on', false)"
+    " WHERE current_setting('synchronous_commit') = 'off'"
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class PostgresRaw:
+    """The hand-written baseline: a table keyed by operation id, one commit per statement."""
+
+    def __init__(self, url: str, schema: str) -> None:
+        self._conn = psycopg.connect(url, autocommit=True)
+        self._conn.execute(_DURABLE)
+        # SQL is assembled from the bench's own schema name, never from input.
+        table = f'"{schema}".calls'
+        self._conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+        self._conn.execute(
+            f'CREATE TABLE IF NOT EXISTS {table} (operation_id text COLLATE "C" PRIMARY KEY,'
+            " status text NOT NULL, arguments json NOT NULL, output json,"
+            " updated_at timestamptz NOT NULL)"
+        )
+        self._conn.execute(
+            f"CREATE INDEX IF NOT EXISTS calls_by_status ON {table} (status, updated_at)"
+        )
+        self._insert = (
+            f"INSERT INTO {table} (operation_id, status, arguments, updated_at)"  # noqa: S608
+            " VALUES (%s, 'DISPATCHED', %s::json, statement_timestamp())"
+        )
+        self._update = (
+            f"UPDATE {table} SET status = 'CONFIRMED', output = %s::json,"  # noqa: S608
+            " updated_at = statement_timestamp() WHERE operation_id = %s"
+        )
+        self._select = f"SELECT status, output::text FROM {table} WHERE operation_id = %s"  # noqa: S608
+
+    def record(self, operation_id: str, arguments: str, output: str) -> None:
+        """See :meth:`RawStore.record`."""
+        self._conn.execute(self._insert, (operation_id, arguments))
+        self._conn.execute(self._update, (output, operation_id))
+
+    def read(self, operation_id: str) -> Any:
+        """See :meth:`RawStore.read`."""
+        row = self._conn.execute(self._select, (operation_id,)).fetchone()
+        assert row is not None  # noqa: S101 - the bench reads only what it wrote
+        return json.loads(row[1])
+
+    def close(self) -> None:
+        """See :meth:`RawStore.close`."""
+        self._conn.close()
+
+
+class PostgresSite:
+    """Schemas ``ebench_<pid>_<random>_<name>`` in the database ``url`` names.
+
+    The bench needs the right to create schemas there; every schema it made is
+    dropped by :meth:`close`, whatever happened.
+    """
+
+    backend = "postgres"
+
+    def __init__(self, url: str) -> None:
+        if not url.startswith(("postgresql://", "postgres://")):
+            msg = f"--db {url!r} is not a postgresql:// URL"
+            raise BenchError(msg)
+        self.url = url
+        self._where = describe(url)
+        try:
+            self._admin = psycopg.connect(url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            msg = f"cannot connect to {self._where}: {_first_line(exc)}"
+            raise BenchError(msg) from exc
+        self._admin.execute(_DURABLE)
+        self._prefix = f"ebench_{os.getpid()}_{secrets.token_hex(3)}"
+        self._ledgers: list[PostgresEffectLedger] = []
+        self._raws: list[PostgresRaw] = []
+
+    def _schema(self, name: str) -> str:
+        return f"{self._prefix}_{name}"
+
+    def ledger(self, name: str) -> PostgresEffectLedger:
+        """See :meth:`Site.ledger`."""
+        ledger = PostgresEffectLedger(self.url, schema=self._schema(name))
+        self._ledgers.append(ledger)
+        return ledger
+
+    def target(self, name: str) -> str:
+        """See :meth:`Site.target`."""
+        return f"{self.url}{'&' if '?' in self.url else '?'}schema={self._schema(name)}"
+
+    def raw(self) -> PostgresRaw:
+        """See :meth:`Site.raw`."""
+        store = PostgresRaw(self.url, self._schema("raw"))
+        self._raws.append(store)
+        return store
+
+    def bulk_load(self, name: str, histories: Iterable[History]) -> None:
+        """See :meth:`Site.bulk_load`: COPY in chunks in one transaction, then VACUUM ANALYZE."""
+        self.ledger(name).close()
+        schema = f'"{self._schema(name)}"'
+        copy_operations = f"COPY {schema}.operations ({', '.join(OPERATION_COLUMNS)}) FROM STDIN"
+        copy_events = f"COPY {schema}.events ({_EVENT_COLUMNS}) FROM STDIN"
+        conn = self._admin
+        operations: list[list[Any]] = []
+        events: list[tuple[Any, ...]] = []
+        with conn.transaction(), conn.cursor() as cursor:
+            for operation, written in _rows(histories):
+                operations.append(operation)
+                events.extend(written)
+                if len(operations) >= _CHUNK:
+                    _copy(cursor, copy_operations, operations)
+                    _copy(cursor, copy_events, events)
+                    operations.clear()
+                    events.clear()
+            _copy(cursor, copy_operations, operations)
+            _copy(cursor, copy_events, events)
+        conn.execute(f"VACUUM ANALYZE {schema}.operations")
+        conn.execute(f"VACUUM ANALYZE {schema}.events")
+
+    def ledger_bytes(self, name: str) -> int:
+        """See :meth:`Site.ledger_bytes`: both tables with their indexes and TOAST."""
+        schema = self._schema(name)
+        row = self._admin.execute(
+            "SELECT pg_total_relation_size(%s::regclass) + pg_total_relation_size(%s::regclass)",
+            (f'"{schema}".operations', f'"{schema}".events'),
+        ).fetchone()
+        assert row is not None  # noqa: S101 - a SELECT without FROM returns one row
+        return int(row[0])
+
+    def environment(self) -> dict[str, Any]:
+        """See :meth:`Site.environment`."""
+        settings = {}
+        for name in ("server_version", "synchronous_commit", "fsync", "wal_sync_method"):
+            row = self._admin.execute(f"SHOW {name}").fetchone()
+            settings[name] = None if row is None else row[0]
+        return {
+            "postgres": settings.pop("server_version"),
+            "psycopg": psycopg.__version__,
+            "server": self._where,
+            **settings,
+        }
+
+    def close(self) -> None:
+        """See :meth:`Site.close`."""
+        for ledger in self._ledgers:
+            ledger.close()
+        for store in self._raws:
+            with contextlib.suppress(psycopg.Error):
+                store.close()
+        found = self._admin.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (self._prefix,)
+        ).fetchall()
+        for (schema,) in found:
+            self._admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        self._admin.close()
+
+
+def _rows(histories: Iterable[History]) -> Iterator[tuple[list[Any], list[tuple[Any, ...]]]]:
+    """Each history's operation row (OPERATION_COLUMNS order) and event rows."""
+    for history in histories:
+        operation_id = history.operation.operation_id
+        params = rows.created(history.operation, history.events, from_micros(history.at_us))
+        events = _event_rows(operation_id, params)
+        for step in history.transitions:
+            at = from_micros(step.at_us)
+            chain = rows.chain_parameters(
+                operation_id, step.events, params["event_count"], params["event_head"], at
+            )
+            params.update(rows.changed_columns(step.changes, at))
+            # Besides the changed columns, a transition statement sets exactly these three.
+            params.update(
+                updated_at=at, event_count=chain["new_count"], event_head=chain["new_head"]
+            )
+            events.extend(_event_rows(operation_id, chain))
+        yield [params[name] for name in OPERATION_COLUMNS], events
+
+
+def _event_rows(operation_id: str, chain: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The event rows that the ``e_*`` arrays of ``rows.chain_parameters`` insert."""
+    return [
+        (operation_id, seq, kind, before, after, attempt, chain["at"], evidence, digest)
+        for seq, kind, before, after, attempt, evidence, digest in zip(
+            chain["e_seq"],
+            chain["e_type"],
+            chain["e_from"],
+            chain["e_to"],
+            chain["e_attempt"],
+            chain["e_evidence"],
+            chain["e_hash"],
+            strict=True,
+        )
+    ]
+
+
+def _copy(cursor: psycopg.Cursor[Any], statement: str, values: list[Any]) -> None:
+    with cursor.copy(statement) as copy:
+        for row in values:
+            copy.write_row(row)

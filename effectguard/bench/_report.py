@@ -1,0 +1,233 @@
+"""A bench run's results: the JSON document, the table for people, and whether targets held."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from effectguard.bench._big import LIST_TARGET_MS, BigLedger
+from effectguard.bench._config import BenchConfig
+from effectguard.bench._stats import Comparison
+from effectguard.bench._throughput import Throughput
+
+__all__ = ["BYTES_TARGET", "BenchReport", "WrittenLedger"]
+
+#: Ledger bytes a confirmed operation with a small output may take, at most.
+BYTES_TARGET = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenLedger:
+    """The ledger the executor itself wrote during the call measurements: all confirmed."""
+
+    operations: int
+    bytes_total: int
+
+    @property
+    def bytes_per_operation(self) -> float:
+        """Bytes of ledger per confirmed operation."""
+        return self.bytes_total / self.operations
+
+    def to_json(self) -> dict[str, Any]:
+        """The ledger's size as the bench's JSON report shows it."""
+        return {
+            "operations": self.operations,
+            "bytes_total": self.bytes_total,
+            "bytes_per_operation": round(self.bytes_per_operation, 1),
+            "target_bytes": BYTES_TARGET,
+            "met": self.bytes_per_operation <= BYTES_TARGET,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BenchReport:
+    """Everything one bench run measured, each cost beside its baseline."""
+
+    config: BenchConfig
+    environment: dict[str, Any]
+    guarded: Comparison
+    primitives_rounds: tuple[float, ...]
+    replay: Comparison
+    decorator: Comparison
+    decorator_replay: Comparison
+    ledger_calls: dict[str, float]
+    throughput: tuple[Throughput, ...]
+    written: WrittenLedger
+    big: BigLedger
+    seconds: float
+
+    @property
+    def lock_errors(self) -> int:
+        """Calls that failed because the ledger was locked, over every throughput run."""
+        return sum(item.lock_errors for item in self.throughput)
+
+    @property
+    def errors(self) -> int:
+        """Calls that failed for any other reason, over every throughput run."""
+        return sum(item.errors for item in self.throughput)
+
+    @property
+    def ok(self) -> bool:
+        """True when no call failed (timings never make a run fail)."""
+        return self.lock_errors == 0 and self.errors == 0
+
+    @property
+    def primitives_us(self) -> float:
+        """Median microseconds of the ledger's two writes called directly, without the executor."""
+        return statistics.median(self.primitives_rounds)
+
+    def _breakdown(self) -> dict[str, Any]:
+        raw, primitives = self.guarded.baseline_us, self.primitives_us
+        return {
+            "ledger_primitives_us": round(primitives, 1),
+            "ledger_primitives_rounds_us": [round(value, 1) for value in self.primitives_rounds],
+            "by_hand_us": round(raw, 1),
+            "ledger_storage_us": round(primitives - raw, 1),
+            "executor_us": round(self.guarded.subject_us - primitives, 1),
+        }
+
+    def _scaling(self) -> float:
+        speeds = {(item.mode, item.workers): item.ops_per_second for item in self.throughput}
+        one = speeds["threads", 1]
+        return speeds["threads", 4] / one if one else 0.0
+
+    def targets(self) -> dict[str, bool | None]:
+        """Each target of issue 9, met or not."""
+        return {
+            "guarded_call": self.guarded.met,
+            "replay": self.replay.met,
+            "decorator": self.decorator.met,
+            "four_threads_at_least_one": self._scaling() >= 1.0,
+            "zero_lock_errors": self.lock_errors == 0,
+            "list_quarantined": self.big.list_ms < LIST_TARGET_MS,
+            "bytes_per_confirmed_operation": self.written.bytes_per_operation <= BYTES_TARGET,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole run as one JSON document (its shape is in docs/benchmarks.md)."""
+        calls = self.ledger_calls
+        return {
+            "backend": self.config.backend,
+            "settings": {
+                "ops": self.config.ops,
+                "rounds": self.config.rounds,
+                "ledger_size": self.config.big_ledger_size,
+            },
+            "environment": self.environment,
+            "guarded_call": {
+                **self.guarded.to_json(),
+                "commits_per_call": calls["commits_per_call"],
+                "reads_per_call": calls["reads_per_call"],
+                "breakdown": self._breakdown(),
+            },
+            "replay": {
+                **self.replay.to_json(),
+                "commits_per_replay": calls["commits_per_replay"],
+                "reads_per_replay": calls["reads_per_replay"],
+            },
+            "decorator": self.decorator.to_json(),
+            "decorator_replay": self.decorator_replay.to_json(),
+            "throughput": {
+                "configurations": [item.to_json() for item in self.throughput],
+                "four_threads_vs_one": round(self._scaling(), 3),
+                "lock_errors": self.lock_errors,
+                "errors": self.errors,
+            },
+            "ledger_bytes": self.written.to_json(),
+            "large_ledger": self.big.to_json(),
+            "targets": self.targets(),
+            "ok": self.ok,
+            "seconds": round(self.seconds, 1),
+        }
+
+    def lines(self) -> list[str]:
+        """The run as an aligned table for people."""
+        env, config = self.environment, self.config
+        load = " ".join(f"{value:.2f}" for value in env["load_average_start"])
+        out = [
+            (
+                f"effectguard {env['effectguard']} bench on {config.backend} ({_durability(env)}): "
+                f"{config.ops} calls x {config.rounds} rounds; {env['cpus']} CPUs, load {load}"
+            ),
+            "",
+            f"{'':36}{'effectguard':>12}{'baseline':>12}{'ratio':>9}   target",
+        ]
+        calls = self.ledger_calls
+        rows = [
+            (
+                (
+                    f"guarded call ({calls['commits_per_call']:g} commits, "
+                    f"{calls['reads_per_call']:g} read)"
+                ),
+                self.guarded,
+            ),
+            ("replay vs indexed read", self.replay),
+            ("decorator vs execute, fresh", self.decorator),
+            ("decorator vs execute, replay", self.decorator_replay),
+        ]
+        for label, item in rows:
+            target = "" if item.target is None else f"<= {item.target:g}x {_verdict(item.met)}"
+            out.append(
+                f"{label:36}{item.subject_us:>9.1f} us{item.baseline_us:>9.1f} us"
+                f"{item.ratio:>8.2f}x   {target}"
+            )
+            if item is self.guarded:
+                parts = self._breakdown()
+                out.append(
+                    f"  = by hand {parts['by_hand_us']:.0f} us"
+                    f" + ledger storage {parts['ledger_storage_us']:+.0f} us"
+                    f" + executor {parts['executor_us']:+.0f} us"
+                )
+        out.append("")
+        speeds = ", ".join(
+            f"{item.workers} {item.mode if item.workers > 1 else item.mode[:-1]} "
+            f"{item.ops_per_second:,.0f}"
+            for item in self.throughput
+        )
+        scaling = self._scaling()
+        out.append(f"throughput (ops/s): {speeds}")
+        out.append(
+            f"  4 threads / 1 thread: {scaling:.2f}x (>= 1 {_verdict(scaling >= 1)}); "
+            f"lock errors {self.lock_errors} ({_verdict(self.lock_errors == 0)}), "
+            f"other errors {self.errors}"
+        )
+        big = self.big
+        small = self.written.bytes_per_operation <= BYTES_TARGET
+        out.extend(
+            [
+                "",
+                (
+                    f"large ledger: {big.operations:,} operations "
+                    f"({big.quarantined:,} quarantined), built in {big.build_seconds:.1f} s"
+                ),
+                (
+                    f"  list_operations(QUARANTINED, limit=100): {big.list_ms:.2f} ms "
+                    f"(< {LIST_TARGET_MS:g} ms {_verdict(big.list_ms < LIST_TARGET_MS)})"
+                ),
+                f"  events(op), {big.events_per_operation} events: {big.events_ms:.2f} ms",
+                f"  {big.bytes_total / big.operations:,.0f} bytes per operation (bulk-built)",
+                (
+                    f"ledger the executor wrote: {self.written.operations:,} confirmed operations, "
+                    f"{self.written.bytes_per_operation:,.0f} bytes each "
+                    f"(<= {BYTES_TARGET} {_verdict(small)})"
+                ),
+                "",
+                f"{self.seconds:.0f} s; load at the end "
+                + " ".join(f"{value:.2f}" for value in env["load_average_end"]),
+            ]
+        )
+        return out
+
+
+def _verdict(met: bool | None) -> str:
+    return "" if met is None else ("met" if met else "MISSED")
+
+
+def _durability(env: dict[str, Any]) -> str:
+    if "sqlite" in env:
+        return f"SQLite {env['sqlite']}, WAL, synchronous={env['synchronous']}"
+    return (
+        f"PostgreSQL {env['postgres']}, synchronous_commit={env['synchronous_commit']}, "
+        f"fsync={env['fsync']}"
+    )

@@ -1,0 +1,163 @@
+"""A tiny bench run completes on each backend and its JSON report has the documented shape.
+
+Timings are never asserted: only that every measurement ran and what it counted.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from postgres_support import import_psycopg
+
+from effectguard.cli.main import cli
+
+TINY = ["--ops", "4", "--rounds", "1", "--ledger-size", "200"]
+
+TOP_LEVEL = {
+    "backend",
+    "settings",
+    "environment",
+    "guarded_call",
+    "replay",
+    "decorator",
+    "decorator_replay",
+    "throughput",
+    "ledger_bytes",
+    "large_ledger",
+    "targets",
+    "ok",
+    "seconds",
+}
+COMPARISON = {
+    "subject",
+    "baseline",
+    "subject_us",
+    "baseline_us",
+    "overhead_us",
+    "ratio",
+    "target_ratio",
+    "met",
+    "rounds",
+    "note",
+}
+TARGETS = {
+    "guarded_call",
+    "replay",
+    "decorator",
+    "four_threads_at_least_one",
+    "zero_lock_errors",
+    "list_quarantined",
+    "bytes_per_confirmed_operation",
+}
+
+
+def where(backend: str, directory: Path, request: pytest.FixtureRequest) -> str:
+    """Where a bench run writes: ``directory``, or the test PostgreSQL database."""
+    if backend == "sqlite":
+        return str(directory)
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def run(backend: str, db: str, *extra: str) -> str:
+    result = CliRunner().invoke(cli, ["bench", "--backend", backend, "--db", db, *TINY, *extra])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict[str, Any]]:
+    """Reports of this module's runs by backend: one tiny run per backend serves every test."""
+    return {}
+
+
+@pytest.fixture
+def report(
+    backend: str,
+    reports: dict[str, dict[str, Any]],
+    tmp_path_factory: pytest.TempPathFactory,
+    request: pytest.FixtureRequest,
+) -> dict[str, Any]:
+    """The JSON report of a tiny bench run on the backend under test."""
+    if backend not in reports:
+        db = where(backend, tmp_path_factory.mktemp("bench"), request)
+        reports[backend] = json.loads(run(backend, db, "--json"))
+    return reports[backend]
+
+
+def test_the_json_report_has_the_documented_shape(backend: str, report: dict[str, Any]):
+    """--json prints one document with every measurement, its baseline, ratio and target."""
+    assert set(report) == TOP_LEVEL
+    assert report["backend"] == backend
+    assert report["settings"] == {"ops": 4, "rounds": 1, "ledger_size": 200}
+    assert report["environment"]["cpus"] >= 1
+    for name in ("guarded_call", "replay", "decorator", "decorator_replay"):
+        assert set(report[name]) >= COMPARISON, name
+        assert len(report[name]["rounds"]["subject_us"]) == 1
+        assert report[name]["subject_us"] > 0
+        assert report[name]["baseline_us"] > 0
+    assert report["guarded_call"]["target_ratio"] == 1.25
+    assert report["replay"]["target_ratio"] == 3.0
+    assert report["decorator"]["target_ratio"] == 1.1
+    assert set(report["targets"]) == TARGETS
+    assert report["ok"] is True
+
+
+def test_a_guarded_call_takes_two_commits_and_a_replay_none(report: dict[str, Any]):
+    """The report counts the ledger's work: 2 commits + 1 read per call, 1 read per replay."""
+    guarded, replay = report["guarded_call"], report["replay"]
+    assert (guarded["commits_per_call"], guarded["reads_per_call"]) == (2.0, 1.0)
+    parts = guarded["breakdown"]
+    assert parts["ledger_primitives_us"] > 0
+    total = parts["by_hand_us"] + parts["ledger_storage_us"] + parts["executor_us"]
+    assert total == pytest.approx(guarded["subject_us"], abs=0.5)
+    assert (replay["commits_per_replay"], replay["reads_per_replay"]) == (0.0, 1.0)
+
+
+def test_throughput_runs_every_configuration_without_a_lock_error(report: dict[str, Any]):
+    """1, 2 and 4 threads and 4 processes each ran every call; none failed."""
+    throughput = report["throughput"]
+    shapes = [(item["mode"], item["workers"]) for item in throughput["configurations"]]
+    assert shapes == [("threads", 1), ("threads", 2), ("threads", 4), ("processes", 4)]
+    for item in throughput["configurations"]:
+        assert item["lock_errors"] == 0
+        assert item["errors"] == 0, item["first_error"]
+        assert item["ops_per_second"] > 0
+    assert throughput["lock_errors"] == 0
+
+
+def test_the_large_ledger_is_built_and_read(report: dict[str, Any]):
+    """The large ledger has the asked size; one in a hundred is quarantined and listed."""
+    big = report["large_ledger"]
+    assert big["operations"] == 200
+    assert big["quarantined"] == 2
+    assert big["list_quarantined"]["returned"] == 2
+    assert big["events"]["events_per_operation"] == 3
+    assert big["bytes_per_operation"] > 0
+    written = report["ledger_bytes"]
+    # warm-ups, guarded calls and the ledger's own writes, decorated and direct calls, counted calls
+    assert written["operations"] == 2 * 20 + 2 * 4 + 20 + 2 * 4 + 10
+    assert written["bytes_per_operation"] > 0
+
+
+def test_the_table_names_each_measurement_and_the_run_leaves_nothing_behind(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+):
+    """Without --json a table is printed; every ledger file or schema made is gone at the end."""
+    db = where(backend, tmp_path, request)
+    table = run(backend, db)
+    for label in ("guarded call (2 commits, 1 read)", "replay vs indexed read", "throughput"):
+        assert label in table
+    assert "large ledger: 200 operations (2 quarantined)" in table
+    if backend == "sqlite":
+        assert list(tmp_path.iterdir()) == []
+        return
+    with import_psycopg().connect(db) as conn:
+        left = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'ebench\\_%'"
+        ).fetchone()
+    assert left == (0,)
