@@ -75,6 +75,26 @@ def test_verify_reports_events_without_an_operation(ledger, ledger_sql, clock):
     assert {p.operation_id for p in report.problems} == {"op-1"}
 
 
+def test_verify_reports_an_event_edited_past_parsing_instead_of_crashing(
+    ledger, ledger_sql, clock
+):
+    """An event whose type is no longer a valid value is reported by verify, not raised."""
+    three_operations(ledger, clock())
+    ledger_sql("UPDATE events SET type = ? WHERE operation_id = ? AND seq = ?", "bogus", "op-1", 2)
+    report = ledger.verify()
+    assert {(p.operation_id, p.seq) for p in report.problems} == {("op-1", 2)}
+    assert "cannot be read" in report.problems[0].problem
+
+
+def test_verify_detects_a_row_whose_status_disagrees_with_its_history(ledger, ledger_sql, clock):
+    """Editing an operation's status alone is caught: its last event says otherwise."""
+    three_operations(ledger, clock())
+    ledger_sql("UPDATE operations SET status = ? WHERE operation_id = ?", "REJECTED", "op-2")
+    problems = ledger.verify().problems
+    assert {p.operation_id for p in problems} == {"op-2"}
+    assert "last event leaves it" in problems[0].problem
+
+
 # -- operator resolution ---------------------------------------------------------------------
 
 

@@ -319,7 +319,7 @@ class Statements:
     def verify_heads(self) -> str:
         """Every operation's chain head, in operation-id order."""
         return (
-            "SELECT operation_id, event_count, event_head"
+            "SELECT operation_id, event_count, event_head, status"
             f" FROM {self.qualified}.operations ORDER BY operation_id"
         )
 

@@ -80,8 +80,8 @@ from effectguard.ledger.base import (
     EventDraft,
     Expect,
     NewOperation,
-    check_chain,
     describe_mismatch,
+    verify_chains,
 )
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
@@ -422,26 +422,7 @@ class PostgresEffectLedger(OperatorResolution):
             heads.itersize = event_rows.itersize = _VERIFY_BATCH
             heads.execute(self._sql.verify_heads)
             event_rows.execute(self._sql.verify_events)
-            stream = iter(event_rows)
-            problems = []
-            operations = events_checked = 0
-            pending = next(stream, None)
-            for operation_id, count, head in heads:
-                operations += 1
-                chain = []
-                # Events of operations that have no row sort before this one: orphans.
-                while pending is not None and pending[0] < operation_id:
-                    problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
-                    pending = next(stream, None)
-                while pending is not None and pending[0] == operation_id:
-                    chain.append(rows.event(pending))
-                    pending = next(stream, None)
-                events_checked += len(chain)
-                problems.extend(check_chain(operation_id, count, bytes(head), chain))
-            while pending is not None:
-                problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
-                pending = next(stream, None)
-        return VerifyReport(operations, events_checked, tuple(problems))
+            return verify_chains(heads, event_rows, rows.event)
 
     def close(self) -> None:
         """Close this process's connections; the ledger is unusable afterwards."""

@@ -36,8 +36,8 @@ from effectguard.ledger.base import (
     EventDraft,
     Expect,
     NewOperation,
-    check_chain,
     describe_mismatch,
+    verify_chains,
 )
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.model import (
@@ -474,30 +474,11 @@ class SQLiteEffectLedger(OperatorResolution):
 
     def _verify(self, conn: _Connection) -> VerifyReport:
         heads = conn.execute(
-            "SELECT operation_id, event_count, event_head FROM operations ORDER BY operation_id"
+            "SELECT operation_id, event_count, event_head, status"
+            " FROM operations ORDER BY operation_id"
         )
-        event_rows = conn.execute(
-            f"SELECT {rows.EVENT_COLUMNS} FROM events ORDER BY operation_id, seq"
-        )
-        problems = []
-        operations = events_checked = 0
-        pending = event_rows.fetchone()
-        for operation_id, count, head in heads:
-            operations += 1
-            chain = []
-            # Events of operations that have no row sort before this one: orphans.
-            while pending is not None and pending[0] < operation_id:
-                problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
-                pending = event_rows.fetchone()
-            while pending is not None and pending[0] == operation_id:
-                chain.append(rows.event(pending))
-                pending = event_rows.fetchone()
-            events_checked += len(chain)
-            problems.extend(check_chain(operation_id, count, bytes(head), chain))
-        while pending is not None:
-            problems.extend(check_chain(pending[0], 0, b"", [rows.event(pending)]))
-            pending = event_rows.fetchone()
-        return VerifyReport(operations, events_checked, tuple(problems))
+        events = conn.execute(f"SELECT {rows.EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
+        return verify_chains(heads, events, rows.event)
 
     def close(self) -> None:
         """Close every connection this ledger opened, in any thread."""
