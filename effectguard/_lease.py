@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from effectguard import _process
-from effectguard.errors import FencedWriteError, LedgerError, OperationNotFoundError
+from effectguard.errors import FencedWriteError, OperationNotFoundError
 
 if TYPE_CHECKING:
     from effectguard.ledger.base import EffectLedger
@@ -151,7 +151,7 @@ class LeaseKeeper:
         except (FencedWriteError, OperationNotFoundError):
             renewal.lost = True
             return
-        except LedgerError as exc:
+        except Exception as exc:  # noqa: BLE001 - the keeper thread must outlive any one failure
             # Keep trying: the lease is still ours until it expires.
             logger.warning("could not renew lease on %s: %s", renewal.operation_id, exc)
             renewal.due = time.monotonic() + min(renewal.seconds / 6, 1.0)

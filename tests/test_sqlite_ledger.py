@@ -66,11 +66,11 @@ def test_wal_and_full_synchronous_by_default_and_normal_on_request(tmp_path):
     path = tmp_path / "ledger.db"
     with SQLiteEffectLedger(path) as ledger:
         _confirm_one(ledger)
-        conn = ledger._open()
+        conn = ledger._open(write=False)
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     with SQLiteEffectLedger(path, synchronous="normal") as ledger:
-        assert ledger._open().execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert ledger._open(write=False).execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     with pytest.raises(ValueError, match="synchronous must be one of"):
         SQLiteEffectLedger(path, synchronous="OFF")
 
@@ -153,7 +153,7 @@ def test_a_held_write_lock_becomes_a_ledger_error_after_the_busy_timeout(tmp_pat
                 EffectExecutor(ledger).execute(
                     contract, {**ARGS, "invoice_id": "INV-2"}, provider.handler
                 )
-            assert not ledger._open().in_transaction
+            assert not ledger._open(write=False).in_transaction
     finally:
         holder.rollback()
         holder.close()
@@ -200,3 +200,31 @@ def test_application_id_marks_our_files(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     conn.close()
+
+
+def test_close_waits_for_a_statement_running_in_another_thread(tmp_path):
+    """close() from one thread never closes a connection under another thread's statement."""
+    import threading  # noqa: PLC0415
+
+    ledger = SQLiteEffectLedger(tmp_path / "ledger.db")
+    _confirm_one(ledger)
+    inside, release = threading.Event(), threading.Event()
+    seen = []
+
+    def slow_read(conn):
+        inside.set()
+        release.wait(10)
+        return conn.execute("SELECT count(*) FROM operations").fetchone()[0]
+
+    reader = threading.Thread(target=lambda: seen.append(ledger._read(slow_read, None)))
+    reader.start()
+    inside.wait(10)
+    closer = threading.Thread(target=ledger.close)
+    closer.start()
+    closer.join(0.2)
+    assert closer.is_alive()  # waiting for the reader's statement, not closing under it
+    release.set()
+    reader.join(10)
+    closer.join(10)
+    assert seen == [1]
+    assert not closer.is_alive()

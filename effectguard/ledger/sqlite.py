@@ -121,7 +121,15 @@ _UPDATE_OPERATION = (
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that can be weakly referenced, so dead threads' connections are collected."""
+    """A connection that can be weakly referenced, so dead threads' connections are collected.
+
+    ``in_use`` is held while its thread works on it, so that :meth:`SQLiteEffectLedger.close`
+    from another thread waits instead of closing it mid-statement (which can crash the process).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_use = threading.Lock()
 
 
 class SQLiteEffectLedger(OperatorResolution):
@@ -165,7 +173,7 @@ class SQLiteEffectLedger(OperatorResolution):
         self._ready = False
         self._create = create
         if self.path.exists():
-            self._open()
+            self._open(write=False)
         elif not create:
             msg = f"no ledger at {self.path} (reads never create one)"
             raise LedgerNotFoundError(msg)
@@ -290,7 +298,7 @@ class SQLiteEffectLedger(OperatorResolution):
                     raise
             time.sleep(0.005)
 
-    def _open(self) -> _Connection:
+    def _open(self, *, write: bool) -> _Connection:
         if self._closed:
             msg = f"ledger {self.path} is closed"
             raise LedgerUnavailableError(msg)
@@ -299,6 +307,9 @@ class SQLiteEffectLedger(OperatorResolution):
         if conn is None or pid != os.getpid():
             # A connection inherited across fork() must never be used by the child.
             if not self.path.exists():
+                if not write:
+                    msg = f"no ledger at {self.path} (reads never create one)"
+                    raise LedgerNotFoundError(msg)
                 self._create_file()
             conn = self._connect()
             self._local.conn = conn
@@ -309,24 +320,26 @@ class SQLiteEffectLedger(OperatorResolution):
     def _read(self, work: Callable[[_Connection], T], missing: T) -> T:
         if not self._ready and not self.path.exists():
             return missing
-        conn = self._open()
+        conn = self._open(write=False)
         try:
-            return work(conn)
+            with conn.in_use:
+                return work(conn)
         except sqlite3.Error as exc:
             raise self._translated(exc) from exc
 
     def _write(self, work: Callable[[_Connection], T]) -> T:
-        conn = self._open()
+        conn = self._open(write=True)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                raise
+            with conn.in_use:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                    raise
         except sqlite3.Error as exc:
             raise self._translated(exc) from exc
         return result
@@ -487,7 +500,8 @@ class SQLiteEffectLedger(OperatorResolution):
             connections = list(self._connections)
             self._connections = weakref.WeakSet()
         for conn in connections:
-            with contextlib.suppress(sqlite3.Error):
+            # Wait for the thread using it to finish its statement: closing under it can crash.
+            with conn.in_use, contextlib.suppress(sqlite3.Error):
                 conn.close()
 
     def __enter__(self) -> Self:
