@@ -9,7 +9,7 @@ safe, otherwise it is quarantined for an operator.
 from typing import TYPE_CHECKING, Any
 
 from effectguard.codec import DataclassCodec, PydanticCodec
-from effectguard.config import Configuration, configure
+from effectguard.config import Configuration, configure, observe_effects
 from effectguard.contract import EffectContract, OutputCodec, UnknownOutcomePolicy
 from effectguard.decorator import (
     INJECTED,
@@ -99,6 +99,7 @@ __all__ = [
     "effect",
     "get_contract",
     "is_effect",
+    "observe_effects",
     "use_executor",
 ]
 

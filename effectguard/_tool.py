@@ -17,7 +17,7 @@ from typing import Any
 from effectguard._binding import KEY_PARAMETER, ProbeShape, ToolShape, unwrap_descriptor
 from effectguard._templates import compile_identity
 from effectguard.codec import codec_for
-from effectguard.config import resolve_executor
+from effectguard.config import report_effect, resolve_executor
 from effectguard.contract import Arguments, EffectContract, OutputCodec, UnknownOutcomePolicy
 from effectguard.errors import (
     ConfigurationError,
@@ -257,6 +257,7 @@ class Tool:
         if self.is_async:
             return _run_async(executor, contract, arguments, handler, as_result=as_result)
         result = executor.execute(contract, arguments, handler)
+        report_effect(result)
         return result if as_result else settle(result)
 
 
@@ -269,6 +270,7 @@ async def _run_async(
     as_result: bool,
 ) -> Any:
     result = await executor.execute_async(contract, arguments, handler)
+    report_effect(result)
     return result if as_result else settle(result)
 
 

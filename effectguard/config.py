@@ -15,19 +15,31 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from effectguard.errors import ConfigurationError
 from effectguard.executor import EffectExecutor
 from effectguard.ledger import EffectLedger, open_ledger
+from effectguard.model import EffectResult
 
-__all__ = ["Configuration", "configure", "default_executor", "resolve_executor", "use_executor"]
+__all__ = [
+    "Configuration",
+    "configure",
+    "default_executor",
+    "observe_effects",
+    "report_effect",
+    "resolve_executor",
+    "use_executor",
+]
 
 _lock = threading.Lock()
 _default: EffectExecutor | None = None
 _stack: list[Configuration] = []
 _lent: contextvars.ContextVar[EffectExecutor | None] = contextvars.ContextVar(
     "effectguard_lent_executor", default=None
+)
+_observer: contextvars.ContextVar[Callable[[EffectResult[Any]], None] | None] = (
+    contextvars.ContextVar("effectguard_effect_observer", default=None)
 )
 
 
@@ -47,6 +59,28 @@ def use_executor(executor: EffectExecutor) -> Iterator[EffectExecutor]:
         yield executor
     finally:
         _lent.reset(token)
+
+
+@contextlib.contextmanager
+def observe_effects(observer: Callable[[EffectResult[Any]], None]) -> Iterator[None]:
+    """Report every decorated tool's result in this context to ``observer``.
+
+    Whichever executor ran it (a tool's own ``executor=``, a lent one, the
+    default), so an agent runtime learns of every effect a tool caused, even
+    one the tool's own code caught and swallowed.
+    """
+    token = _observer.set(observer)
+    try:
+        yield
+    finally:
+        _observer.reset(token)
+
+
+def report_effect(result: EffectResult[Any]) -> None:
+    """Hand ``result`` to the observer of this context, if there is one."""
+    observer = _observer.get()
+    if observer is not None:
+        observer(result)
 
 
 class Configuration:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from effectguard.config import use_executor
+from effectguard.config import observe_effects, use_executor
 from effectguard.contract import EffectContract, OutputCodec
 from effectguard.errors import (
     ConfigurationError,
@@ -74,6 +74,10 @@ class _Observer(EffectExecutor):
         self._inner = inner
         self.results: dict[str, EffectResult[Any]] = {}
 
+    def record(self, result: EffectResult[Any]) -> None:
+        """Keep ``result``: the run must not finish while it is unresolved."""
+        self.results[result.operation_id] = result
+
     def execute(
         self,
         contract: EffectContract,
@@ -83,7 +87,7 @@ class _Observer(EffectExecutor):
         wait_seconds: float = 0.0,
     ) -> EffectResult[Any]:
         result = self._inner.execute(contract, arguments, handler, wait_seconds=wait_seconds)
-        self.results[result.operation_id] = result
+        self.record(result)
         return result
 
     async def execute_async(
@@ -97,7 +101,7 @@ class _Observer(EffectExecutor):
         result = await self._inner.execute_async(
             contract, arguments, handler, wait_seconds=wait_seconds
         )
-        self.results[result.operation_id] = result
+        self.record(result)
         return result
 
 
@@ -155,7 +159,7 @@ def invoke(
     """Run one call synchronously (an async tool in its own event loop); return a CallOutcome."""
     observer = _Observer(executor)
     try:
-        with use_executor(observer):
+        with use_executor(observer), observe_effects(observer.record):
             value = _start(tool, arguments, observer)
             if inspect.isawaitable(value):
                 value = run_to_completion(value)
@@ -170,7 +174,7 @@ async def invoke_async(
     """Run one call on the event loop: sync work in a worker thread, async work awaited."""
     observer = _Observer(executor)
     try:
-        with use_executor(observer):
+        with use_executor(observer), observe_effects(observer.record):
             # to_thread copies this context, so the lent executor reaches the worker thread.
             value = await asyncio.to_thread(_start, tool, arguments, observer)
             if inspect.isawaitable(value):

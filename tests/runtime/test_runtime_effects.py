@@ -9,6 +9,7 @@ from runtime_support import ARGUMENTS, CAPTURE, OPERATION, RUN, capture_tool, sc
 
 from effectguard import (
     EffectContract,
+    EffectNotConfirmed,
     EffectRejected,
     EffectStatus,
     UnknownOutcomePolicy,
@@ -139,6 +140,31 @@ def test_a_plain_tool_that_swallows_an_unknown_effect_still_makes_the_run_wait(e
     done = runtime.resume(RUN)
     assert done.state is RunState.COMPLETED
     assert done.effects == {OPERATION: EffectStatus.CONFIRMED}
+    assert provider.committed() == 1
+    assert provider.requests == 1
+
+
+def test_an_effect_on_a_tools_own_executor_is_still_observed(executor):
+    """A tool pinned to its own executor= swallows an unknown effect: the run still WAITs."""
+    provider = FakePaymentProvider(faults=FaultPlan({1: Fault.PENDING}, pending_probes=1))
+    capture = capture_tool(provider, executor=executor)
+
+    def pay_invoice(invoice_id: str) -> str:
+        """Pay an invoice and say it is queued, whatever happened."""
+        try:
+            capture(invoice_id, 1999)
+        except EffectNotConfirmed:
+            return "queued"
+        return "paid"
+
+    call = ToolCall("call-1", "pay_invoice", {"invoice_id": "INV-1042"})
+    runtime = AgentRuntime(script(call, "payment done"), [pay_invoice], executor)
+    first = runtime.start(RUN, "pay")
+    assert first.state is RunState.WAITING
+    assert first.waiting_on == (OPERATION,)
+    assert provider.committed() == 0
+    done = runtime.resume(RUN)
+    assert done.state is RunState.COMPLETED
     assert provider.committed() == 1
     assert provider.requests == 1
 
