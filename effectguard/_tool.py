@@ -73,6 +73,7 @@ class Options:
     version: int
     executor: EffectExecutor | None
     provider_key_retention: float | timedelta | None
+    max_output_bytes: int
 
 
 def _return_annotation(func: Any) -> Any:
@@ -193,6 +194,7 @@ class Tool:
             ),
             redact=redact,
             codec=_codec(options.codec, raw, tool),
+            max_output_bytes=options.max_output_bytes,
         )
 
     def _probe_adapter(self, instance: object | None) -> Callable[..., Any] | None:

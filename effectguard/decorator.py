@@ -36,7 +36,13 @@ import wrapt
 
 from effectguard._tool import AS_RESULT, Options, Tool
 from effectguard.config import use_executor
-from effectguard.contract import Arguments, EffectContract, OutputCodec, UnknownOutcomePolicy
+from effectguard.contract import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    Arguments,
+    EffectContract,
+    OutputCodec,
+    UnknownOutcomePolicy,
+)
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectResult
 
@@ -192,6 +198,7 @@ def effect(
     version: int = 1,
     executor: EffectExecutor | None = None,
     provider_key_retention: float | timedelta | None = None,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
 ) -> EffectDecorator:
     """Guard a tool function's side effect with an :class:`EffectContract`.
 
@@ -211,6 +218,8 @@ def effect(
     in the fingerprint). ``timeout``, ``lease`` and ``provider_key_retention``
     are seconds or timedeltas. ``name`` defaults to the tool's module and
     qualified name: set it to keep operations matching across a rename.
+    ``max_output_bytes`` bounds the stored output (its JSON text); a larger
+    output cannot confirm the operation.
     """
     if args:
         msg = '@effect takes keyword arguments only: write @effect(operation_id="...")'
@@ -233,6 +242,7 @@ def effect(
             version=version,
             executor=executor,
             provider_key_retention=provider_key_retention,
+            max_output_bytes=max_output_bytes,
         )
     )
 

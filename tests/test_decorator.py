@@ -450,6 +450,7 @@ def test_options_reach_the_contract():
         max_attempts=5,
         redact=["card"],
         provider_key_retention=timedelta(hours=24),
+        max_output_bytes=4096,
     )
     def capture(invoice_id: str, card: str, *, idempotency_key: str = INJECTED) -> dict:
         return {}
@@ -464,6 +465,7 @@ def test_options_reach_the_contract():
     assert contract.max_attempts == 5
     assert contract.redact == frozenset({"card"})
     assert contract.provider_key_retention_seconds == 86400.0
+    assert contract.max_output_bytes == 4096
     assert contract.codec is None
 
 
