@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from effectguard.fingerprint import canonical_json, chain_hash
-from effectguard.ledger.base import UNSET, Changes, EventDraft, Lease, NewOperation
+from effectguard.fingerprint import canonical_json
+from effectguard.ledger.base import UNSET, Changes, EventDraft, Lease, NewOperation, chain_events
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -20,7 +20,6 @@ from effectguard.model import (
     LeaseOwner,
     OperationRecord,
     OverlapHolder,
-    chain_document,
     from_micros,
     to_micros,
 )
@@ -116,32 +115,14 @@ def chain_parameters(
     Returns the statement parameters that insert them (``e_*`` arrays), with
     ``at``, ``new_count`` and ``new_head``.
     """
-    at_micros = to_micros(at)
-    previous = head or None
-    columns: dict[str, list[Any]] = {
-        name: [] for name in ("seq", "type", "from", "to", "attempt", "evidence", "hash")
-    }
-    for draft in events:
-        count += 1
-        evidence = dict(draft.evidence)
-        document = chain_document(
-            operation_id,
-            count,
-            draft.type,
-            draft.from_status,
-            draft.to_status,
-            draft.attempt,
-            at_micros,
-            evidence,
-        )
-        previous = chain_hash(previous, document)
-        columns["seq"].append(count)
-        columns["type"].append(draft.type.value)
-        columns["from"].append(None if draft.from_status is None else draft.from_status.value)
-        columns["to"].append(draft.to_status.value)
-        columns["attempt"].append(draft.attempt)
-        columns["evidence"].append(canonical_json(evidence) if evidence else None)
-        columns["hash"].append(previous)
+    chained, count, previous = chain_events(
+        operation_id, events, count, head or None, to_micros(at)
+    )
+    names = ("seq", "type", "from", "to", "attempt", "evidence", "hash")
+    columns: dict[str, list[Any]] = {name: [] for name in names}
+    for values in chained:
+        for name, value in zip(names, values, strict=True):
+            columns[name].append(value)
     parameters: dict[str, Any] = {f"e_{name}": values for name, values in columns.items()}
     parameters.update(at=at, new_count=count, new_head=previous or b"")
     return parameters

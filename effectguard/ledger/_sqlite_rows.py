@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from effectguard.fingerprint import canonical_json, chain_hash
-from effectguard.ledger.base import UNSET, Changes, EventDraft, Lease, NewOperation
+from effectguard.fingerprint import canonical_json
+from effectguard.ledger.base import UNSET, Changes, EventDraft, Lease, NewOperation, chain_events
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -22,7 +22,6 @@ from effectguard.model import (
     LeaseOwner,
     OperationRecord,
     OverlapHolder,
-    chain_document,
     from_micros,
 )
 
@@ -174,36 +173,13 @@ def event_rows(
 ) -> tuple[list[EventRow], int, bytes | None]:
     """Hash ``events`` onto the chain of ``count`` events ending at ``head``, all dated ``now_us``.
 
-    Returns their rows, the new event count and the new chain head.
+    Returns their rows (``EVENT_COLUMNS`` order), the new event count and the new chain head.
     """
-    rows: list[EventRow] = []
-    for draft in events:
-        count += 1
-        evidence = dict(draft.evidence)
-        document = chain_document(
-            operation_id,
-            count,
-            draft.type,
-            draft.from_status,
-            draft.to_status,
-            draft.attempt,
-            now_us,
-            evidence,
-        )
-        head = chain_hash(head, document)
-        rows.append(
-            (
-                operation_id,
-                count,
-                draft.type.value,
-                None if draft.from_status is None else draft.from_status.value,
-                draft.to_status.value,
-                draft.attempt,
-                now_us,
-                canonical_json(evidence) if evidence else None,
-                head,
-            )
-        )
+    chained, count, head = chain_events(operation_id, events, count, head, now_us)
+    rows: list[EventRow] = [
+        (operation_id, seq, kind, from_, to, attempt, now_us, evidence, digest)
+        for seq, kind, from_, to, attempt, evidence, digest in chained
+    ]
     return rows, count, head
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from effectguard.fingerprint import chain_hash
+from effectguard.fingerprint import canonical_json, chain_hash
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -27,10 +27,12 @@ from effectguard.model import (
     OverlapHolder,
     VerifyProblem,
     VerifyReport,
+    chain_document,
 )
 
 __all__ = [
     "UNSET",
+    "ChainedEvent",
     "Changes",
     "EffectLedger",
     "EventDraft",
@@ -40,6 +42,7 @@ __all__ = [
     "UnreadableEvent",
     "Unset",
     "Versioned",
+    "chain_events",
     "check_chain",
     "describe_mismatch",
     "read_event",
@@ -262,6 +265,51 @@ def describe_mismatch(record: Versioned, expect: Expect, *, lease_expired: bool)
     if expect.event_count is not None and record.event_count != expect.event_count:
         return "operation changed since it was read"
     return None
+
+
+#: One chained event as both backends store it: seq, type, from, to, attempt, evidence JSON, hash.
+ChainedEvent = tuple[int, str, str | None, str, int, str | None, bytes]
+
+
+def chain_events(
+    operation_id: str,
+    drafts: Sequence[EventDraft],
+    count: int,
+    head: bytes | None,
+    at_micros: int,
+) -> tuple[list[ChainedEvent], int, bytes | None]:
+    """Hash ``drafts`` onto the chain of ``count`` events ending at ``head``, dated ``at_micros``.
+
+    The one definition of the chain every backend writes and :func:`check_chain`
+    checks. Returns the events as stored, the new event count and the new head.
+    """
+    chained: list[ChainedEvent] = []
+    for draft in drafts:
+        count += 1
+        evidence = dict(draft.evidence)
+        document = chain_document(
+            operation_id,
+            count,
+            draft.type,
+            draft.from_status,
+            draft.to_status,
+            draft.attempt,
+            at_micros,
+            evidence,
+        )
+        head = chain_hash(head, document)
+        chained.append(
+            (
+                count,
+                draft.type.value,
+                None if draft.from_status is None else draft.from_status.value,
+                draft.to_status.value,
+                draft.attempt,
+                canonical_json(evidence) if evidence else None,
+                head,
+            )
+        )
+    return chained, count, head
 
 
 def check_chain(
