@@ -6,9 +6,10 @@ asserts the provider's own committed count.
 
 from __future__ import annotations
 
-import _thread
 import asyncio
 import contextvars
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -151,12 +152,25 @@ def test_cancelling_execute_async_keeps_an_unfinished_async_handlers_overlap(led
     assert provider.committed() == 1
 
 
-def test_ctrl_c_while_waiting_records_unknown_then_the_late_result(ledger):
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT raises KeyboardInterrupt in the main thread, as in a terminal.
+
+    A shell starts background jobs with SIGINT ignored, and Python then installs
+    no handler for it; restore Python's own for this test, then put things back.
+    """
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_while_waiting_records_unknown_then_the_late_result(ledger, ctrl_c_raises):
     """KeyboardInterrupt during the wait: OUTCOME_UNKNOWN now, the handler's return later."""
     provider = _late_provider()
     contract = capture_contract(provider, handler_timeout=20)
     threading.Thread(
-        target=lambda: provider.wait_until_held(1) and _thread.interrupt_main(), daemon=True
+        target=lambda: provider.wait_until_held(1) and os.kill(os.getpid(), signal.SIGINT),
+        daemon=True,
     ).start()
     try:
         with pytest.raises(KeyboardInterrupt):

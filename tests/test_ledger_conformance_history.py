@@ -75,9 +75,7 @@ def test_verify_reports_events_without_an_operation(ledger, ledger_sql, clock):
     assert {p.operation_id for p in report.problems} == {"op-1"}
 
 
-def test_verify_reports_an_event_edited_past_parsing_instead_of_crashing(
-    ledger, ledger_sql, clock
-):
+def test_verify_reports_an_event_edited_past_parsing_instead_of_crashing(ledger, ledger_sql, clock):
     """An event whose type is no longer a valid value is reported by verify, not raised."""
     three_operations(ledger, clock())
     ledger_sql("UPDATE events SET type = ? WHERE operation_id = ? AND seq = ?", "bogus", "op-1", 2)
