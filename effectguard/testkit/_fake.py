@@ -6,6 +6,7 @@ committed, independently of anything the library reports.
 
 from __future__ import annotations
 
+import abc
 import enum
 import json
 import os
@@ -66,7 +67,7 @@ def _kill_this_process() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class FakeProvider:
+class FakeProvider(abc.ABC):
     """The machinery of a fake provider; :class:`FakePaymentProvider` and kin add the API.
 
     ``requests`` and ``lookups`` count the calls this object received;
@@ -166,17 +167,17 @@ class FakeProvider:
 
     # -- the API a contract uses ---------------------------------------------------------
 
+    @abc.abstractmethod
     def handler(
         self, arguments: Mapping[str, Any], *, idempotency_key: str | None
     ) -> dict[str, Any]:
         """An executor handler performing this provider's effect for ``arguments``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def probe(
         self, arguments: Mapping[str, Any], *, idempotency_key: str | None
     ) -> OutcomeProbeResult:
         """An outcome probe for ``arguments``, as strong as this provider's lookup."""
-        raise NotImplementedError
 
     # -- late commits ------------------------------------------------------------------
 
