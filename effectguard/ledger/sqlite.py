@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from effectguard._files import create_private_file
+from effectguard._sqlite_files import create_private_file, enable_wal
 from effectguard.errors import (
     FencedWriteError,
     LedgerError,
@@ -259,7 +259,7 @@ class SQLiteEffectLedger(OperatorResolution):
                 f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
             )
             raise LedgerSchemaError(msg)
-        self._enable_wal(conn)
+        enable_wal(conn, self.busy_timeout)
         if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
             self._ready = True
             return
@@ -279,24 +279,6 @@ class SQLiteEffectLedger(OperatorResolution):
                 conn.execute("ROLLBACK")
             raise
         self._ready = True
-
-    def _enable_wal(self, conn: _Connection) -> None:
-        """Switch the file to WAL (a persistent setting), outside any transaction.
-
-        Changing the journal mode needs an exclusive lock and SQLite answers
-        "locked" at once, without its busy handler, while another process
-        creates the same file; so retry until the busy timeout.
-        """
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-                    return
-                conn.execute("PRAGMA journal_mode = WAL")
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-            time.sleep(0.005)
 
     def _open(self, *, write: bool) -> _Connection:
         if self._closed:

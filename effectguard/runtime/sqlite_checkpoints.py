@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self, TypeVar
 
-from effectguard._files import create_private_file
+from effectguard._sqlite_files import create_private_file, enable_wal
 from effectguard.runtime.checkpoints import conflict_message, encode_record
 from effectguard.runtime.errors import CheckpointConflictError, CheckpointError, RunExistsError
 from effectguard.runtime.state import RunRecord, RunState
@@ -138,7 +138,7 @@ class SQLiteCheckpointStore:
                 f"this effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
             )
             raise CheckpointError(msg)
-        self._enable_wal(conn)
+        enable_wal(conn, self.busy_timeout)
         conn.execute("PRAGMA synchronous = FULL")
         if application_id == APPLICATION_ID:
             return
@@ -154,20 +154,6 @@ class SQLiteCheckpointStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> None:
-        # Switching to WAL needs an exclusive lock, and SQLite answers "locked" at
-        # once (without the busy handler) while another process creates the file.
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-                    return
-                conn.execute("PRAGMA journal_mode = WAL")
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
-                    raise
-            time.sleep(0.005)
 
     def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
