@@ -41,7 +41,7 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.executor import EffectExecutor
-from effectguard.ledger.base import EffectLedger
+from effectguard.ledger.protocol import EffectLedger
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.model import (
     EffectEvent,

@@ -19,10 +19,22 @@
         ├── FencedWriteError                     the writer's lease token is no longer current
         ├── OperationNotFoundError (LookupError) no operation with that id
         └── IllegalTransitionError               an operator action that makes no sense now
+    └── RuntimeStateError                        an agent run cannot do what was asked
+        ├── RunNotFoundError (LookupError)       no checkpoint for that run id
+        ├── RunExistsError                       start() named a run that already exists
+        ├── ApprovalNotPendingError              no call of that id awaits a decision
+        ├── ScriptExhaustedError (LookupError)   a ScriptedModel has no turn left
+        └── CheckpointError                      the checkpoint store refused or failed
+            └── CheckpointConflictError          another process saved the run first
 
 Handlers raise :class:`EffectRejected` themselves to report a definite "no effect"
 (a declined card, a refused recipient). Any other exception from a handler is an
 unknown outcome, never permission to retry.
+
+A checkpoint failure, like a ledger failure, leaves an agent run resumable: it
+is raised to the caller, and the last checkpoint that was saved still says which
+call to re-issue. The runtime's exceptions are exported from
+:mod:`effectguard.runtime` too.
 """
 
 from __future__ import annotations
@@ -34,6 +46,9 @@ if TYPE_CHECKING:
     from effectguard.model import EffectResult
 
 __all__ = [
+    "ApprovalNotPendingError",
+    "CheckpointConflictError",
+    "CheckpointError",
     "ConfigurationError",
     "EffectGuardError",
     "EffectInProgress",
@@ -51,6 +66,10 @@ __all__ = [
     "LedgerUnavailableError",
     "OperationConflictError",
     "OperationNotFoundError",
+    "RunExistsError",
+    "RunNotFoundError",
+    "RuntimeStateError",
+    "ScriptExhaustedError",
 ]
 
 
@@ -172,3 +191,38 @@ class OperationNotFoundError(LedgerError, LookupError):
 
 class IllegalTransitionError(LedgerError):
     """An operator action that makes no sense from the operation's current state."""
+
+
+# -- the agent runtime ---------------------------------------------------------------
+
+
+class RuntimeStateError(EffectGuardError):
+    """A run cannot do what was asked of it."""
+
+
+class RunNotFoundError(RuntimeStateError, LookupError):
+    """No checkpoint exists for the run id."""
+
+
+class RunExistsError(RuntimeStateError):
+    """``start()`` named a run id that is already checkpointed; ``resume()`` it instead."""
+
+
+class ApprovalNotPendingError(RuntimeStateError):
+    """No tool call of that id is waiting for an approval decision in that run."""
+
+
+class ScriptExhaustedError(RuntimeStateError, LookupError):
+    """A :class:`ScriptedModel` was asked for a turn past the end of its script."""
+
+
+class CheckpointError(RuntimeStateError):
+    """The checkpoint store could not be read or written, or is not a checkpoint store."""
+
+
+class CheckpointConflictError(CheckpointError):
+    """The run was saved by someone else since it was loaded: two drivers raced on one run.
+
+    Nothing of this driver's later progress was saved; effects stay safe because
+    the ledger, not the checkpoint, decides whether an operation is dispatched.
+    """

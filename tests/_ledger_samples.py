@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from effectguard.ledger.base import Changes, EffectLedger, EventDraft, Expect, Lease, NewOperation
+from effectguard.ledger.protocol import (
+    Changes,
+    EffectLedger,
+    EventDraft,
+    Expect,
+    Lease,
+    NewOperation,
+)
 from effectguard.model import EffectStatus, EventType, LeaseOwner
 
 OWNER = LeaseOwner("host-a.example", "boot-a", "pid:[1]", 4242, "17")

@@ -13,8 +13,8 @@ import sys
 from typing import Any
 
 from effectguard import EffectContract, EffectExecutor, EffectStatus, FencedWriteError
-from effectguard.ledger.base import Changes, EventDraft, Expect
 from effectguard.ledger.postgres import PostgresEffectLedger
+from effectguard.ledger.protocol import Changes, EventDraft, Expect
 from effectguard.model import EventType
 from effectguard.testkit import FakePaymentProvider
 

@@ -152,7 +152,7 @@ def ledger_sql(backend: str, ledger_target: str) -> Callable[..., None]:
             return
         import psycopg  # noqa: PLC0415
 
-        from effectguard.ledger._postgres_sql import split_target  # noqa: PLC0415
+        from effectguard.ledger.postgres.sql import split_target  # noqa: PLC0415
 
         conninfo, schema = split_target(ledger_target, None)
         with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from effectguard import EffectContract, OutcomeProbeResult, UnknownOutcomePolicy
-from effectguard._process import current_owner
+from effectguard.executor.process import current_owner
 from effectguard.model import LeaseOwner
 from effectguard.testkit import FakePaymentProvider
 

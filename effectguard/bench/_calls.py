@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from effectguard._process import current_owner
 from effectguard.bench._config import BenchError
 from effectguard.bench._counting import CountingLedger
 from effectguard.bench._histories import CLAIMED_EVENTS
@@ -23,8 +22,16 @@ from effectguard.bench._stats import Comparison, per_call_us
 from effectguard.contract import EffectContract
 from effectguard.decorator import effect
 from effectguard.executor import EffectExecutor
+from effectguard.executor.process import current_owner
 from effectguard.fingerprint import canonical_json
-from effectguard.ledger.base import Changes, EffectLedger, EventDraft, Expect, Lease, NewOperation
+from effectguard.ledger.protocol import (
+    Changes,
+    EffectLedger,
+    EventDraft,
+    Expect,
+    Lease,
+    NewOperation,
+)
 from effectguard.model import EffectResult, EffectStatus, EventType
 
 __all__ = ["CONTRACT", "CallBench", "arguments", "count_calls", "handler"]

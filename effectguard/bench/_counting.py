@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from effectguard.ledger.base import Changes, EffectLedger, EventDraft, Expect, NewOperation
+from effectguard.ledger.protocol import Changes, EffectLedger, EventDraft, Expect, NewOperation
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
 __all__ = ["CountingLedger"]

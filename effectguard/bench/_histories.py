@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard._process import current_owner
+from effectguard.executor.process import current_owner
 from effectguard.fingerprint import canonical_json, request_fingerprint
-from effectguard.ledger.base import Changes, EventDraft, Lease, NewOperation
+from effectguard.ledger.protocol import Changes, EventDraft, Lease, NewOperation
 from effectguard.model import EffectStatus, EventType
 
 __all__ = [

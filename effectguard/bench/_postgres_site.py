@@ -13,10 +13,9 @@ import psycopg
 
 from effectguard.bench._config import BenchError
 from effectguard.bench._histories import History
-from effectguard.ledger import _postgres_rows as rows
-from effectguard.ledger._postgres_connections import describe
-from effectguard.ledger._postgres_sql import OPERATION_COLUMNS
-from effectguard.ledger.postgres import PostgresEffectLedger
+from effectguard.ledger.postgres import PostgresEffectLedger, rows
+from effectguard.ledger.postgres.connections import describe
+from effectguard.ledger.postgres.sql import OPERATION_COLUMNS
 from effectguard.model import from_micros
 
 __all__ = ["PostgresRaw", "PostgresSite"]

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from effectguard.bench._config import BenchError
 from effectguard.bench._histories import History
-from effectguard.ledger.base import EffectLedger
+from effectguard.ledger.protocol import EffectLedger
 
 __all__ = ["RawStore", "Site", "open_site"]
 

@@ -14,8 +14,7 @@ from typing import Any
 
 from effectguard.bench._config import BenchError
 from effectguard.bench._histories import History
-from effectguard.ledger import _sqlite_rows as rows
-from effectguard.ledger.sqlite import SQLiteEffectLedger
+from effectguard.ledger.sqlite import SQLiteEffectLedger, rows
 
 __all__ = ["SQLiteRaw", "SQLiteSite"]
 

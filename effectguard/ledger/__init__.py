@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from effectguard.errors import ConfigurationError
-from effectguard.ledger.base import EffectLedger
+from effectguard.ledger.protocol import EffectLedger
 
 __all__ = ["EffectLedger", "open_ledger"]
 

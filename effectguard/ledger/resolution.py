@@ -26,7 +26,7 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.fingerprint import canonical_json
-from effectguard.ledger.base import Changes, EventDraft, Expect
+from effectguard.ledger.protocol import Changes, EventDraft, Expect
 from effectguard.model import EffectStatus, EventType, OperationRecord
 
 __all__ = ["OperatorResolution", "authorize_retry", "confirm", "reject"]

@@ -5,15 +5,7 @@ top-level ``effectguard`` package does not import it, so a tool that only
 uses ``@effect`` never loads the runtime.
 """
 
-from effectguard.runtime.audit import (
-    AuditAction,
-    AuditRecord,
-    AuditSink,
-    InMemoryAuditSink,
-    JsonLinesAuditSink,
-)
-from effectguard.runtime.checkpoints import CheckpointStore, InMemoryCheckpointStore
-from effectguard.runtime.errors import (
+from effectguard.errors import (
     ApprovalNotPendingError,
     CheckpointConflictError,
     CheckpointError,
@@ -22,7 +14,9 @@ from effectguard.runtime.errors import (
     RuntimeStateError,
     ScriptExhaustedError,
 )
-from effectguard.runtime.model import Message, Model, ModelTurn, ScriptedModel, ToolCall
+from effectguard.runtime.checkpoints import CheckpointStore, InMemoryCheckpointStore
+from effectguard.runtime.checkpoints.sqlite import SQLiteCheckpointStore
+from effectguard.runtime.llm import Message, Model, ModelTurn, ScriptedModel, ToolCall
 from effectguard.runtime.permissions import (
     Decision,
     PermissionPolicy,
@@ -31,19 +25,25 @@ from effectguard.runtime.permissions import (
     allow_list,
     require_approval,
 )
-from effectguard.runtime.registry import ToolLike, ToolRegistry
 from effectguard.runtime.runtime import AgentRuntime
-from effectguard.runtime.schema import function_schema, parse_docstring
-from effectguard.runtime.sqlite_checkpoints import SQLiteCheckpointStore
-from effectguard.runtime.state import ApprovalRequest, RunResult, RunState
-from effectguard.runtime.tools import ToolDefinition
-from effectguard.runtime.trace import (
+from effectguard.runtime.sinks.audit import (
+    AuditAction,
+    AuditRecord,
+    AuditSink,
+    InMemoryAuditSink,
+    JsonLinesAuditSink,
+)
+from effectguard.runtime.sinks.trace import (
     InMemoryTraceSink,
     JsonLinesTraceSink,
     TraceEvent,
     TraceKind,
     TraceSink,
 )
+from effectguard.runtime.state import ApprovalRequest, RunResult, RunState
+from effectguard.runtime.tools import ToolDefinition
+from effectguard.runtime.tools.registry import ToolLike, ToolRegistry
+from effectguard.runtime.tools.schema import function_schema, parse_docstring
 
 __all__ = [
     "AgentRuntime",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.runtime.model import ToolCall
+from effectguard.runtime.llm import ToolCall
 from effectguard.runtime.tools import ToolDefinition
 
 __all__ = [

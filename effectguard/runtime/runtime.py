@@ -22,11 +22,13 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from effectguard.errors import InvalidRequestError
+from effectguard.errors import ApprovalNotPendingError, InvalidRequestError, RunNotFoundError
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectStatus
-from effectguard.runtime._invoke import invoke, invoke_async, run_to_completion
-from effectguard.runtime._machine import (
+from effectguard.runtime.checkpoints import CheckpointStore, InMemoryCheckpointStore
+from effectguard.runtime.invoke import invoke, invoke_async, run_to_completion
+from effectguard.runtime.llm import Message, Model
+from effectguard.runtime.loop import (
     Machine,
     ModelStep,
     RunMachine,
@@ -36,14 +38,11 @@ from effectguard.runtime._machine import (
     ToolStep,
     initial_messages,
 )
-from effectguard.runtime.audit import AuditAction, AuditSink, InMemoryAuditSink
-from effectguard.runtime.checkpoints import CheckpointStore, InMemoryCheckpointStore
-from effectguard.runtime.errors import ApprovalNotPendingError, RunNotFoundError
-from effectguard.runtime.model import Message, Model
 from effectguard.runtime.permissions import PermissionPolicy, allow_all
-from effectguard.runtime.registry import ToolLike, ToolRegistry
+from effectguard.runtime.sinks.audit import AuditAction, AuditSink, InMemoryAuditSink
+from effectguard.runtime.sinks.trace import InMemoryTraceSink, TraceKind, TraceSink
 from effectguard.runtime.state import CallPhase, PendingCall, RunRecord, RunResult
-from effectguard.runtime.trace import InMemoryTraceSink, TraceKind, TraceSink
+from effectguard.runtime.tools.registry import ToolLike, ToolRegistry
 
 __all__ = ["AgentRuntime"]
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from effectguard.model import EffectStatus
-from effectguard.runtime.model import Message, ToolCall
+from effectguard.runtime.llm import Message, ToolCall
 
 __all__ = ["ApprovalRequest", "CallPhase", "PendingCall", "RunRecord", "RunResult", "RunState"]
 

@@ -6,9 +6,7 @@ Scenarios (:mod:`effectguard.testkit.scenarios`), the fault matrix
 """
 
 from effectguard.testkit.clock import ManualClock
-from effectguard.testkit.faults import Fault, FaultPlan
-from effectguard.testkit.payment_server import FakePaymentServer, ReceivedRequest, ServerFault
-from effectguard.testkit.providers import (
+from effectguard.testkit.fakes import (
     FakeEmailProvider,
     FakePaymentProvider,
     FakeProvider,
@@ -18,6 +16,12 @@ from effectguard.testkit.providers import (
     ProviderKeyMismatch,
     ProviderTimeout,
     ProviderUnavailable,
+)
+from effectguard.testkit.faults import Fault, FaultPlan
+from effectguard.testkit.servers.http_payments import (
+    FakePaymentServer,
+    ReceivedRequest,
+    ServerFault,
 )
 
 __all__ = [

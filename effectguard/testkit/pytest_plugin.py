@@ -25,11 +25,11 @@ import pytest
 
 from effectguard.executor import EffectExecutor
 from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.testkit._fake import FakeProvider
 from effectguard.testkit.clock import ManualClock
+from effectguard.testkit.fakes.base import FakeProvider
+from effectguard.testkit.fakes.mail import FakeEmailProvider
+from effectguard.testkit.fakes.payments import FakePaymentProvider
 from effectguard.testkit.faults import FaultPlan
-from effectguard.testkit.mail import FakeEmailProvider
-from effectguard.testkit.payments import FakePaymentProvider
 
 __all__ = [
     "assert_committed_once",

@@ -15,7 +15,7 @@ from effectguard import (
     EventType,
     ProbeStatus,
 )
-from effectguard.testkit.smtp import FakeSMTPServer, SMTPFault
+from effectguard.testkit.servers.smtp import FakeSMTPServer, SMTPFault
 
 SCRIPT = Path(__file__).resolve().parents[2] / "recipes" / "email_smtp.py"
 CREDENTIALS = {"shop": "s3cret"}

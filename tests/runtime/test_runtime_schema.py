@@ -10,7 +10,7 @@ import pytest
 
 from effectguard import INJECTED, ConfigurationError, effect
 from effectguard.runtime import ToolDefinition, parse_docstring
-from effectguard.runtime.validation import validate
+from effectguard.runtime.tools.validation import validate
 
 
 class Priority(enum.StrEnum):

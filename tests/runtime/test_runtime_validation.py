@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from effectguard import ConfigurationError
-from effectguard.runtime.validation import check_schema, parse_arguments, validate
+from effectguard.runtime.tools.validation import check_schema, parse_arguments, validate
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from email.message import EmailMessage
 
 import pytest
 
-from effectguard.testkit.smtp import FakeSMTPServer, SMTPFault
+from effectguard.testkit.servers.smtp import FakeSMTPServer, SMTPFault
 
 MESSAGE_ID = "<order-1@example.com>"
 
@@ -124,7 +124,7 @@ def test_effectguard_never_imports_aiosmtpd():
     """Importing effectguard and its testkit loads no aiosmtpd: it is a test-only dependency."""
     code = (
         "import sys, effectguard, effectguard.testkit; "
-        "print('aiosmtpd' in sys.modules or 'effectguard.testkit.smtp' in sys.modules)"
+        "print('aiosmtpd' in sys.modules or 'effectguard.testkit.servers.smtp' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

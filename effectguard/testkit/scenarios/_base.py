@@ -15,10 +15,10 @@ from typing import Any
 from effectguard.contract import EffectContract
 from effectguard.executor import EffectExecutor
 from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.testkit._fake import FakeProvider, Lookup
 from effectguard.testkit.clock import ManualClock
+from effectguard.testkit.fakes.base import FakeProvider, Lookup
+from effectguard.testkit.fakes.payments import FakePaymentProvider
 from effectguard.testkit.faults import FaultPlan
-from effectguard.testkit.payments import FakePaymentProvider
 from effectguard.testkit.scenarios._report import Check, ScenarioReport
 
 __all__ = [

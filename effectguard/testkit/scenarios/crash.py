@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from effectguard.model import EffectStatus, EventType
-from effectguard.testkit._child import ChildRun, run_child
 from effectguard.testkit.faults import Fault, FaultPlan
-from effectguard.testkit.kinds import ContractKind, Service, build_setup
+from effectguard.testkit.matrix.child import ChildRun, run_child
+from effectguard.testkit.matrix.kinds import ContractKind, Service, build_setup
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario
 from effectguard.testkit.scenarios._report import ScenarioReport
 

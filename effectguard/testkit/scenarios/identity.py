@@ -8,7 +8,7 @@ from typing import Any
 
 from effectguard.errors import OperationConflictError
 from effectguard.model import EffectResult, EffectStatus
-from effectguard.testkit._fake import Lookup
+from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import FaultPlan
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario
 from effectguard.testkit.scenarios._report import ScenarioReport

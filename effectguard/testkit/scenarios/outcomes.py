@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from effectguard.contract import UnknownOutcomePolicy
 from effectguard.model import EffectStatus
-from effectguard.testkit._fake import Lookup
+from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario
 from effectguard.testkit.scenarios._report import ScenarioReport

@@ -7,7 +7,7 @@ from typing import Any
 
 from effectguard.contract import UnknownOutcomePolicy
 from effectguard.model import EffectResult, EffectStatus
-from effectguard.testkit._fake import Lookup
+from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.scenarios._base import WAIT_SECONDS, ScenarioEnv, scenario, wait_for
 from effectguard.testkit.scenarios._report import ScenarioReport

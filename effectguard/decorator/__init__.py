@@ -1,0 +1,31 @@
+"""``@effect`` and what it builds: the tool proxy, signature binding and identity templates.
+
+:mod:`~effectguard.decorator.effect` is the decorator users apply;
+:mod:`~effectguard.decorator.tool` runs each call of a decorated tool through
+an executor; :mod:`~effectguard.decorator.binding` turns a call into
+arguments and :mod:`~effectguard.decorator.templates` turns arguments into
+operation ids and provider keys. This layer uses the executor; the executor
+never imports it.
+"""
+
+from effectguard.decorator.effect import (
+    INJECTED,
+    AsyncEffectFunction,
+    EffectDecorator,
+    EffectFunction,
+    effect,
+    get_contract,
+    is_effect,
+    use_executor,
+)
+
+__all__ = [
+    "INJECTED",
+    "AsyncEffectFunction",
+    "EffectDecorator",
+    "EffectFunction",
+    "effect",
+    "get_contract",
+    "is_effect",
+    "use_executor",
+]

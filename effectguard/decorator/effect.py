@@ -1,0 +1,281 @@
+"""``@effect``: put a guarded side effect on a function you already have.
+
+::
+
+    @effect(operation_id="invoice:{invoice_id}:capture",
+            idempotency_key="capture:{invoice_id}",
+            idempotency_guaranteed=True,
+            probe=find_capture)
+    def capture_payment(
+        invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
+    ) -> dict:
+        ...
+
+The decorated function keeps its signature, name, docstring and
+``__wrapped__`` (it is a ``wrapt`` function wrapper), and works as a method,
+staticmethod, classmethod or ``async def``. Calling it returns the output once
+the effect is CONFIRMED, fresh or replayed, and raises otherwise; its
+``execute`` returns the :class:`EffectResult` instead. The ``INJECTED``
+default only tells a type checker that callers do not pass the key; the
+executor always does.
+
+Each call finds its executor in this order: ``@effect(executor=...)``; the
+executor an agent runtime lends with :func:`use_executor` (a context
+variable, so the decorator never imports the runtime); the process default
+of :func:`effectguard.configure`. Both live in :mod:`effectguard.config`.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable, Collection, Coroutine
+from datetime import timedelta
+from typing import Any, Concatenate, Never, ParamSpec, Protocol, TypeVar, overload
+
+import wrapt
+
+from effectguard.config import use_executor
+from effectguard.contract import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    Arguments,
+    EffectContract,
+    OutputCodec,
+    UnknownOutcomePolicy,
+)
+from effectguard.decorator.tool import AS_RESULT, Options, Tool
+from effectguard.executor import EffectExecutor
+from effectguard.model import EffectResult
+
+__all__ = [
+    "INJECTED",
+    "AsyncEffectFunction",
+    "EffectDecorator",
+    "EffectFunction",
+    "effect",
+    "get_contract",
+    "is_effect",
+    "use_executor",
+]
+
+P = ParamSpec("P")
+P2 = ParamSpec("P2")
+R = TypeVar("R")
+R2 = TypeVar("R2")
+S = TypeVar("S")
+
+
+class _Injected:
+    def __repr__(self) -> str:
+        return "effectguard.INJECTED"
+
+
+#: A default for a tool's ``idempotency_key`` parameter. The executor always
+#: passes the real key; the default only tells a type checker that callers
+#: need not (and must not) pass one.
+INJECTED: Any = _Injected()
+
+_MAX_UNWRAP = 32
+
+
+class EffectFunction(Protocol[P, R]):
+    """A decorated tool: call it for its confirmed output, or ``execute`` it for the result."""
+
+    @property
+    def contract(self) -> EffectContract:
+        """The contract every call of this tool runs under.
+
+        A probe written as a method is bound to each call's instance, so this
+        contract's own ``outcome_probe`` is only right for calls without one.
+        """
+        ...
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Return the output once the effect is CONFIRMED; raise when it is not."""
+        ...
+
+    def execute(self, *args: P.args, **kwargs: P.kwargs) -> EffectResult[R]:
+        """Return the :class:`EffectResult` of the call, whatever its status."""
+        ...
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> EffectFunction[P, R]: ...
+    @overload
+    def __get__(
+        self: EffectFunction[Concatenate[S, P2], R2], instance: S, owner: type[Any] | None = None
+    ) -> EffectFunction[P2, R2]: ...
+
+
+class AsyncEffectFunction(Protocol[P, R]):
+    """A decorated ``async def`` tool: await it for its confirmed output, or ``execute`` it."""
+
+    @property
+    def contract(self) -> EffectContract:
+        """The contract every call of this tool runs under."""
+        ...
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        """Return the output once the effect is CONFIRMED; raise when it is not."""
+        ...
+
+    def execute(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, EffectResult[R]]:
+        """Return the :class:`EffectResult` of the call, whatever its status."""
+        ...
+
+    @overload
+    def __get__(
+        self, instance: None, owner: type[Any] | None = None
+    ) -> AsyncEffectFunction[P, R]: ...
+    @overload
+    def __get__(
+        self: AsyncEffectFunction[Concatenate[S, P2], R2],
+        instance: S,
+        owner: type[Any] | None = None,
+    ) -> AsyncEffectFunction[P2, R2]: ...
+
+
+class _BoundEffectWrapper(wrapt.BoundFunctionWrapper[..., Any]):
+    """A decorated tool bound to an instance or class."""
+
+    @property
+    def contract(self) -> EffectContract:
+        # wrapt keeps a wrapper's own state in _self_* attributes; others reach the wrapped.
+        tool: Tool = self._self_parent._self_tool  # noqa: SLF001
+        return tool.contract
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return self(*args, **kwargs, **{AS_RESULT: True})
+
+
+class _EffectWrapper(wrapt.FunctionWrapper[..., Any]):
+    """A decorated tool; binding it (as a method) gives a :class:`_BoundEffectWrapper`."""
+
+    __bound_function_wrapper__ = _BoundEffectWrapper
+
+    def __init__(self, wrapped: Any, tool: Tool) -> None:
+        super().__init__(wrapped, tool)
+        self._self_tool = tool
+
+    @property
+    def contract(self) -> EffectContract:
+        return self._self_tool.contract
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return self(*args, **kwargs, **{AS_RESULT: True})
+
+
+class EffectDecorator:
+    """What ``effect(...)`` returns: apply it to one or more tool functions."""
+
+    def __init__(self, options: Options) -> None:
+        self._options = options
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, func: Callable[P, Coroutine[Any, Any, R]], /
+    ) -> AsyncEffectFunction[P, R]: ...
+    @overload
+    def __call__(self, func: Callable[P, R], /) -> EffectFunction[P, R]: ...
+    def __call__(self, func: Any, /) -> Any:
+        """Return ``func`` guarded by its own contract."""
+        return _EffectWrapper(func, Tool(func, self._options))
+
+
+def effect(
+    *args: Never,
+    operation_id: str | Callable[[Arguments], str],
+    idempotency_key: str | Callable[[Arguments], str] | None = None,
+    idempotency_guaranteed: bool = False,
+    probe: Callable[..., Any] | None = None,
+    postcondition: Callable[[Any], bool] | None = None,
+    provider_operation_id: str | Callable[[Any], str | None] | None = None,
+    unknown_outcome: UnknownOutcomePolicy | str = UnknownOutcomePolicy.QUARANTINE,
+    timeout: float | timedelta | None = None,
+    lease: float | timedelta = 30.0,
+    max_attempts: int = 3,
+    redact: Collection[str] = (),
+    codec: OutputCodec[Any] | type | None = None,
+    name: str | None = None,
+    version: int = 1,
+    executor: EffectExecutor | None = None,
+    provider_key_retention: float | timedelta | None = None,
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+) -> EffectDecorator:
+    """Guard a tool function's side effect with an :class:`EffectContract`.
+
+    ``operation_id`` and ``idempotency_key`` are ``str.format`` templates over
+    the arguments (``"invoice:{invoice_id}:capture"``) or callables taking the
+    arguments mapping; a template naming a parameter the tool lacks is a
+    :class:`ConfigurationError` here, not at the first call. A tool with an
+    ``idempotency_key`` parameter receives the key from the executor (the
+    operation id when no template is given), and a caller passing it gets a
+    ``TypeError``. ``probe`` is called like the tool, plus ``idempotency_key=``
+    if it takes one, and returns an :class:`OutcomeProbeResult`; a probe
+    written as a method of the tool's class runs on the same instance.
+
+    ``codec`` is an :class:`OutputCodec`, or a dataclass or pydantic model type;
+    by default it is inferred from a dataclass or pydantic return annotation.
+    ``redact`` names arguments whose values are never stored (they still count
+    in the fingerprint). ``timeout``, ``lease`` and ``provider_key_retention``
+    are seconds or timedeltas. ``name`` defaults to the tool's module and
+    qualified name: set it to keep operations matching across a rename.
+    ``max_output_bytes`` bounds the stored output (its JSON text); a larger
+    output cannot confirm the operation.
+    """
+    if args:
+        msg = '@effect takes keyword arguments only: write @effect(operation_id="...")'
+        raise TypeError(msg)
+    return EffectDecorator(
+        Options(
+            operation_id=operation_id,
+            idempotency_key=idempotency_key,
+            idempotency_guaranteed=idempotency_guaranteed,
+            probe=probe,
+            postcondition=postcondition,
+            provider_operation_id=provider_operation_id,
+            unknown_outcome=unknown_outcome,
+            timeout=timeout,
+            lease=lease,
+            max_attempts=max_attempts,
+            redact=redact,
+            codec=codec,
+            name=name,
+            version=version,
+            executor=executor,
+            provider_key_retention=provider_key_retention,
+            max_output_bytes=max_output_bytes,
+        )
+    )
+
+
+def _find(obj: object) -> Tool | None:
+    for _ in range(_MAX_UNWRAP):
+        kind = type(obj)  # not obj.__class__, which a wrapt proxy reports as the wrapped one's
+        if issubclass(kind, _EffectWrapper):
+            found: Tool = obj._self_tool  # type: ignore[attr-defined]  # noqa: SLF001
+            return found
+        if issubclass(kind, _BoundEffectWrapper):
+            bound: Tool = obj._self_parent._self_tool  # type: ignore[attr-defined]  # noqa: SLF001
+            return bound
+        if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
+            obj = obj.__func__
+            continue
+        inner = getattr(obj, "__wrapped__", None)
+        if inner is None or inner is obj:
+            return None
+        obj = inner
+    return None
+
+
+def get_contract(obj: object) -> EffectContract | None:
+    """Return the contract of a decorated tool, or None if ``obj`` is not one.
+
+    Finds it on the function, on a bound method, on a ``staticmethod`` or
+    ``classmethod`` object, and through other decorators that set ``__wrapped__``.
+    """
+    found = _find(obj)
+    return None if found is None else found.contract
+
+
+def is_effect(obj: object) -> bool:
+    """True when ``obj`` is a decorated tool, however it was reached (see :func:`get_contract`)."""
+    return _find(obj) is not None

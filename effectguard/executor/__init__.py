@@ -1,0 +1,15 @@
+"""The executor: records an operation before dispatch, then settles and reconciles its outcome.
+
+:mod:`~effectguard.executor.driver` holds :class:`EffectExecutor`, the sync and
+async drivers; :mod:`~effectguard.executor.machine` the state machine they
+both run (the rules, written once); :mod:`~effectguard.executor.reconcile` the
+reconcile table; :mod:`~effectguard.executor.handler` how handlers and probes
+are called under deadlines; :mod:`~effectguard.executor.late` what a late
+handler's return becomes; :mod:`~effectguard.executor.outputs` what makes an
+output storable; :mod:`~effectguard.executor.lease` and
+:mod:`~effectguard.executor.process` leases, their renewal and their owners.
+"""
+
+from effectguard.executor.driver import EffectExecutor, Handler
+
+__all__ = ["EffectExecutor", "Handler"]

@@ -1,0 +1,280 @@
+"""The executor: records an operation before dispatch and settles its outcome.
+
+The rules live once, in :class:`~effectguard.executor.machine.StateMachine`, a generator
+that yields the I/O it needs (a ledger call, the handler, the probe, a pause).
+Two thin drivers perform those steps: :meth:`EffectExecutor.execute` directly,
+and :meth:`EffectExecutor.execute_async` with ledger I/O kept off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from effectguard.contract import EffectContract
+from effectguard.executor import handler as _handler
+from effectguard.executor.handler import HandlerOutcome, Outcome
+from effectguard.executor.lease import TOKENS
+from effectguard.executor.machine import (
+    Call,
+    HandlerStep,
+    LedgerStep,
+    ProbeStep,
+    StateMachine,
+    Step,
+)
+from effectguard.fingerprint import request_fingerprint
+from effectguard.ledger.protocol import EffectLedger
+from effectguard.model import EffectResult, OutcomeProbeResult
+
+__all__ = ["EffectExecutor", "Handler"]
+
+#: ``handler(arguments, *, idempotency_key=...)``; the executor calls it at most once per attempt.
+Handler = Callable[..., Any]
+
+
+class EffectExecutor:
+    """Runs side effects so that each business operation takes effect at most once.
+
+    Before a handler runs, the operation is claimed in one durable commit. A
+    confirmed or rejected operation is replayed, never dispatched again. An
+    uncertain outcome is reconciled with the contract's probe and retried only
+    when the probe's authoritative NOT_COMMITTED, or the provider's documented
+    idempotency, makes a resend safe; otherwise it is quarantined (or kept
+    unknown) for later evidence or an operator.
+
+    ``clock`` (epoch seconds) replaces the ledger's clock for leases and the
+    executor's for key retention, so tests need not sleep.
+    """
+
+    def __init__(
+        self,
+        ledger: EffectLedger,
+        *,
+        clock: Callable[[], float] | None = None,
+        poll_interval: float = 0.05,
+    ) -> None:
+        self.ledger = ledger
+        self._states = StateMachine(ledger, clock, poll_interval)
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between reads while ``wait_seconds`` waits for another worker."""
+        return self._states.poll_interval
+
+    def __repr__(self) -> str:
+        return f"EffectExecutor({self.ledger!r})"
+
+    # -- public drivers --------------------------------------------------------------
+
+    def execute(
+        self,
+        contract: EffectContract,
+        arguments: Mapping[str, Any],
+        handler: Handler,
+        *,
+        wait_seconds: float = 0.0,
+    ) -> EffectResult[Any]:
+        """Run ``handler`` for ``arguments`` under ``contract``, at most once per operation.
+
+        Returns the result, fresh or replayed; it raises only for a conflicting
+        request (:class:`OperationConflictError`), arguments that are not JSON
+        (``TypeError``), an invalid contract (:class:`ConfigurationError`) or a
+        ledger failure (:class:`LedgerUnavailableError`), in which case nothing
+        is ever dispatched again on the strength of the missing record.
+        ``wait_seconds`` waits that long for another worker holding the
+        operation to finish, then replays its outcome.
+        """
+        if inspect.iscoroutinefunction(handler):
+            msg = "handler is a coroutine function; use execute_async"
+            raise TypeError(msg)
+        call = self._prepare(contract, arguments, handler, wait_seconds)
+        machine = self._states.run(call)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = machine.throw(error) if error is not None else machine.send(value)
+            except StopIteration as stop:
+                result: EffectResult[Any] = stop.value
+                return result
+            error = None
+            try:
+                value = self._perform(call, step)
+            except BaseException as exc:  # noqa: BLE001 - handed to the machine, which re-raises
+                value, error = None, exc
+
+    async def execute_async(
+        self,
+        contract: EffectContract,
+        arguments: Mapping[str, Any],
+        handler: Handler,
+        *,
+        wait_seconds: float = 0.0,
+    ) -> EffectResult[Any]:
+        """Like :meth:`execute`, for async or sync handlers and probes.
+
+        Ledger I/O runs in worker threads, never on the event loop. An async
+        handler that passes its timeout is cancelled and awaited until it has
+        stopped, so it leaves no overlap risk; a sync one runs in a thread and does.
+        """
+        call = self._prepare(contract, arguments, handler, wait_seconds)
+        machine = self._states.run(call)
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                step = machine.throw(error) if error is not None else machine.send(value)
+            except StopIteration as stop:
+                result: EffectResult[Any] = stop.value
+                return result
+            error = None
+            try:
+                value = await self._perform_async(call, step)
+            except BaseException as exc:  # noqa: BLE001 - handed to the machine, which re-raises
+                value, error = None, exc
+
+    # -- step performers -------------------------------------------------------------
+
+    def _perform(self, call: Call, step: Step) -> Any:
+        if isinstance(step, LedgerStep):
+            return step.run()
+        if isinstance(step, HandlerStep):
+            return self._call_handler(call, step)
+        if isinstance(step, ProbeStep):
+            return self._call_probe(call)
+        time.sleep(step.seconds)
+        return None
+
+    async def _perform_async(self, call: Call, step: Step) -> Any:
+        if isinstance(step, LedgerStep):
+            return await asyncio.to_thread(step.run)
+        if isinstance(step, HandlerStep):
+            return await self._call_handler_async(call, step)
+        if isinstance(step, ProbeStep):
+            probe = call.contract.outcome_probe
+            if inspect.iscoroutinefunction(probe):
+                outcome = await _handler.call_async(
+                    lambda: probe(call.arguments, idempotency_key=call.provider_key),
+                    call.contract.handler_timeout,
+                )
+                return self._probe_outcome(outcome)
+            return await asyncio.to_thread(self._call_probe, call)
+        await asyncio.sleep(step.seconds)
+        return None
+
+    def _call_handler(self, call: Call, step: HandlerStep) -> HandlerOutcome:
+        def invoke() -> Any:
+            return call.handler(call.arguments, idempotency_key=call.provider_key)
+
+        timeout = call.contract.handler_timeout
+        if timeout is None:
+            return _handler.classify(invoke)
+        TOKENS.hold(step.token)  # the handler's thread keeps the token active until it ends
+        outcome = _handler.call_in_thread(
+            invoke,
+            timeout,
+            functools.partial(self._record_late_and_release, call, step),
+            name=f"effectguard-handler-{call.operation_id}",
+        )
+        if not outcome.still_running:
+            TOKENS.release(step.token)
+        return outcome
+
+    async def _call_handler_async(self, call: Call, step: HandlerStep) -> HandlerOutcome:
+        # The token stays active for as long as the handler may run, which can outlast
+        # this call (a deadline, a cancelled caller): only then is the lease provably idle.
+        TOKENS.hold(step.token)
+        late = functools.partial(self._record_late_and_release, call, step)
+        if inspect.iscoroutinefunction(call.handler):
+            outcome = await _handler.call_async(
+                lambda: call.handler(call.arguments, idempotency_key=call.provider_key),
+                call.contract.handler_timeout,
+                lambda ended: _in_thread(late, ended),
+            )
+        else:
+            outcome = await _handler.call_thread_async(
+                lambda: call.handler(call.arguments, idempotency_key=call.provider_key),
+                call.contract.handler_timeout,
+                late,
+                name=f"effectguard-handler-{call.operation_id}",
+            )
+        if not outcome.still_running:
+            TOKENS.release(step.token)
+        return outcome
+
+    def _record_late_and_release(
+        self, call: Call, step: HandlerStep, outcome: HandlerOutcome
+    ) -> None:
+        try:
+            self._states.record_late(call, step.token, step.attempt, outcome)
+        finally:
+            TOKENS.release(step.token)
+
+    def _call_probe(self, call: Call) -> OutcomeProbeResult:
+        probe = call.contract.outcome_probe
+        assert probe is not None  # noqa: S101 - the machine yields a probe step only when there is one
+
+        def invoke() -> Any:
+            value = probe(call.arguments, idempotency_key=call.provider_key)
+            if inspect.isawaitable(value):
+                return asyncio.run(_await(value))
+            return value
+
+        timeout = call.contract.handler_timeout
+        if timeout is None:
+            return self._probe_outcome(_handler.classify(invoke))
+        outcome = _handler.call_in_thread(
+            invoke, timeout, lambda _: None, name=f"effectguard-probe-{call.operation_id}"
+        )
+        return self._probe_outcome(outcome)
+
+    @staticmethod
+    def _probe_outcome(outcome: HandlerOutcome) -> OutcomeProbeResult:
+        if outcome.kind is Outcome.RETURNED:
+            return _handler.probe_result(outcome.value)
+        if outcome.kind is Outcome.INTERRUPTED and outcome.error is not None:
+            raise outcome.error
+        return OutcomeProbeResult.unknown({"probe_error": outcome.describe()})
+
+    def _prepare(
+        self,
+        contract: EffectContract,
+        arguments: Mapping[str, Any],
+        handler: Handler,
+        wait_seconds: float,
+    ) -> Call:
+        if not isinstance(contract, EffectContract):
+            msg = f"contract must be an EffectContract, not {type(contract).__name__}"
+            raise TypeError(msg)
+        if not callable(handler):
+            msg = f"handler must be callable, not {type(handler).__name__}"
+            raise TypeError(msg)
+        if not isinstance(arguments, Mapping):
+            msg = f"arguments must be a mapping of parameter names, not {type(arguments).__name__}"
+            raise TypeError(msg)
+        if not wait_seconds >= 0:
+            msg = f"wait_seconds must be >= 0, not {wait_seconds!r}"
+            raise ValueError(msg)
+        arguments = dict(arguments)
+        operation_id, key = contract.identity(arguments)
+        fingerprint = request_fingerprint(
+            contract.name, contract.version, arguments, key, contract.redact
+        )
+        return Call(contract, arguments, handler, operation_id, key, fingerprint, wait_seconds)
+
+
+async def _await(value: Any) -> Any:
+    return await value
+
+
+def _in_thread(work: Callable[[HandlerOutcome], None], outcome: HandlerOutcome) -> None:
+    """Run ``work(outcome)`` in a daemon thread: ledger I/O never blocks the event loop."""
+    threading.Thread(
+        target=work, args=(outcome,), name="effectguard-late-result", daemon=True
+    ).start()

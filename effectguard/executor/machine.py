@@ -1,0 +1,515 @@
+"""The executor's state machine, written once for the sync and async drivers.
+
+:meth:`StateMachine.run` is a generator. It yields the I/O it needs — a ledger
+call, the handler, the probe, a pause — as step objects and receives their
+results, so every rule lives here exactly once while
+:class:`~effectguard.executor.EffectExecutor` decides how each step is performed.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+import time
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from effectguard.contract import EffectContract
+from effectguard.errors import EffectRejected, FencedWriteError, OperationConflictError
+from effectguard.executor import process as _process
+from effectguard.executor.handler import HandlerOutcome, Outcome
+from effectguard.executor.late import record_late
+from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap
+from effectguard.executor.outputs import Stored, decode, jsonable, store
+from effectguard.executor.reconcile import Verdict, decide
+from effectguard.fingerprint import redact_arguments
+from effectguard.ledger.protocol import (
+    Changes,
+    EffectLedger,
+    EventDraft,
+    Expect,
+    Lease,
+    NewOperation,
+)
+from effectguard.model import (
+    EffectResult,
+    EffectStatus,
+    EventType,
+    OperationRecord,
+    OutcomeProbeResult,
+    OverlapHolder,
+    ProbeStatus,
+)
+
+__all__ = [
+    "Call",
+    "HandlerStep",
+    "LedgerStep",
+    "PauseStep",
+    "ProbeStep",
+    "StateMachine",
+    "Step",
+]
+
+HELD = frozenset({EffectStatus.DISPATCHED, EffectStatus.RECONCILING})
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of an effect: its contract, arguments, handler and identity."""
+
+    contract: EffectContract
+    arguments: Mapping[str, Any]
+    handler: Callable[..., Any]
+    operation_id: str
+    provider_key: str | None
+    fingerprint: str
+    wait_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerStep:
+    """Run ``run`` (a ledger call) and send back its result."""
+
+    run: Callable[[], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerStep:
+    """Call the handler for ``attempt`` under lease ``token``; send back a HandlerOutcome."""
+
+    token: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeStep:
+    """Call the contract's probe; send back an OutcomeProbeResult."""
+
+
+@dataclass(frozen=True, slots=True)
+class PauseStep:
+    """Wait ``seconds`` before the next step."""
+
+    seconds: float
+
+
+Step = LedgerStep | HandlerStep | ProbeStep | PauseStep
+Machine = Generator[Step, Any, EffectResult[Any]]
+
+
+class StateMachine:
+    """The rules of DESIGN.md's executor, over one ledger and one clock."""
+
+    def __init__(
+        self, ledger: EffectLedger, clock: Callable[[], float] | None, poll_interval: float
+    ) -> None:
+        self.ledger = ledger
+        self._clock = clock
+        self.poll_interval = poll_interval
+
+    def now(self) -> float | None:
+        """The injected clock's time, or None for the ledger's own clock."""
+        return None if self._clock is None else self._clock()
+
+    def wall(self) -> float:
+        """The injected clock's time, or the system's."""
+        return time.time() if self._clock is None else self._clock()
+
+    def record_late(self, call: Call, token: str, attempt: int, outcome: HandlerOutcome) -> None:
+        """Record what a handler that lost its deadline or its lease finally did."""
+        record_late(
+            self.ledger, self.now, call.contract, call.operation_id, token, attempt, outcome
+        )
+
+    def guaranteed(self, contract: EffectContract, record: OperationRecord) -> bool:
+        """Whether a resend is covered by the provider's key: declared, and within its retention."""
+        if not contract.provider_idempotency_guaranteed:
+            return False
+        retention = contract.provider_key_retention_seconds
+        if retention is None:
+            return True
+        return self.wall() - record.first_dispatched_at.timestamp() < retention
+
+    def result(
+        self, call: Call, record: OperationRecord, *, replayed: bool, reason: str | None = None
+    ) -> EffectResult[Any]:
+        """The caller's view of ``record``; the output is decoded only when it is CONFIRMED."""
+        confirmed = record.status is EffectStatus.CONFIRMED
+        return EffectResult(
+            status=record.status,
+            operation_id=record.operation_id,
+            output=decode(call.contract, record) if confirmed else None,
+            provider_operation_id=record.provider_operation_id,
+            attempts=record.attempts,
+            replayed=replayed,
+            evidence=record.evidence,
+            reason=reason or record.reason,
+        )
+
+    def lease(self, call: Call, token: str) -> Lease:
+        """A lease for ``token``, owned by this process, for the contract's lease length."""
+        return Lease(token, _process.current_owner(), call.contract.lease_seconds)
+
+    def write(
+        self,
+        call: Call,
+        expect: Expect,
+        changes: Changes,
+        *events: EventDraft,
+    ) -> LedgerStep:
+        """A step that applies ``changes`` and ``events`` only if ``expect`` still holds."""
+        return LedgerStep(
+            lambda: self.ledger.transition(
+                call.operation_id, expect, changes, events, now=self.now()
+            )
+        )
+
+    def run(self, call: Call) -> Machine:
+        """Drive ``call`` from its first read to the result its caller receives."""
+        ledger = self.ledger
+        deadline = time.monotonic() + call.wait_seconds
+        # Replaying a terminal operation is a plain read: no write lock is taken.
+        record: OperationRecord | None = yield LedgerStep(
+            lambda: ledger.get(call.operation_id, now=self.now())
+        )
+        while True:
+            if record is None:
+                token = secrets.token_hex(16)
+                TOKENS.hold(token)
+                try:
+                    record, created = yield LedgerStep(functools.partial(self.claim, call, token))
+                except BaseException:
+                    TOKENS.release(token)
+                    raise
+                if created:
+                    return (yield from self.hold(call, record, token, dispatch=True))
+                TOKENS.release(token)
+                continue
+            if record.fingerprint != call.fingerprint:
+                raise OperationConflictError(
+                    call.operation_id, record.fingerprint, call.fingerprint
+                )
+            if record.status.terminal:
+                return self.result(call, record, replayed=True)
+            if record.status is EffectStatus.QUARANTINED:
+                return self.result(call, record, replayed=True)
+            if record.lease_live and not abandoned(record.lease_token, record.lease_owner):
+                remaining = deadline - time.monotonic()
+                if remaining > 0:
+                    yield PauseStep(min(self.poll_interval, remaining))
+                    record = yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now()))
+                    continue
+                expires = record.lease_expires_at
+                return self.result(
+                    call,
+                    record,
+                    replayed=True,
+                    reason=f"another worker holds it (lease until {expires:%H:%M:%S} UTC)",
+                )
+            token = secrets.token_hex(16)
+            TOKENS.hold(token)
+            try:
+                taken = yield from self.take_over(call, record, token)
+            except BaseException:
+                TOKENS.release(token)
+                raise
+            if taken is None:
+                TOKENS.release(token)
+                record = yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now()))
+                continue
+            return (
+                yield from self.hold(
+                    call, taken, token, dispatch=taken.status is EffectStatus.DISPATCHED
+                )
+            )
+
+    def claim(self, call: Call, token: str) -> tuple[OperationRecord, bool]:
+        """Insert the operation as DISPATCHED under ``token``, or return the record found."""
+        operation = NewOperation(
+            operation_id=call.operation_id,
+            contract=call.contract.name,
+            contract_version=call.contract.version,
+            fingerprint=call.fingerprint,
+            provider_key=call.provider_key,
+            arguments=redact_arguments(call.arguments, call.contract.redact),
+            attempt_budget=call.contract.max_attempts,
+            lease=self.lease(call, token),
+        )
+        # PREPARED and DISPATCHED share one commit: it is durable before the handler runs.
+        events = (
+            EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
+            EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
+        )
+        return self.ledger.claim(operation, events, now=self.now())
+
+    def take_over(
+        self, call: Call, record: OperationRecord, token: str
+    ) -> Generator[Step, Any, OperationRecord | None]:
+        """Take the lease of a record nobody is working on; None if another writer won."""
+        status = record.status
+        lease = self.lease(call, token)
+        if status is EffectStatus.PREPARED:
+            expect = Expect(
+                statuses=frozenset({status}), lease_expired=True, event_count=record.event_count
+            )
+            attempt = record.attempts + 1
+            changes = Changes(EffectStatus.DISPATCHED, lease=lease, attempts=attempt)
+            event = EventDraft(EventType.DISPATCHED, status, EffectStatus.DISPATCHED, attempt)
+            step = self.write(call, expect, changes, event)
+        elif status in HELD:
+            gone = abandoned(record.lease_token, record.lease_owner)
+            overlap = list(live_overlap(record))
+            if status is EffectStatus.DISPATCHED and not gone and record.lease_owner:
+                assert record.lease_token is not None  # noqa: S101 - a live owner has a token
+                overlap.append(
+                    OverlapHolder(record.lease_token, record.attempts, record.lease_owner)
+                )
+            evidence = {
+                "previous_owner": record.lease_owner.to_json() if record.lease_owner else None,
+                "owner_gone": gone,
+                "overlap_risk": bool(overlap),
+            }
+            reason = (
+                "the previous holder is gone" if gone else "the previous holder's lease expired"
+            )
+            expect = Expect(
+                statuses=frozenset({status}),
+                lease_token=record.lease_token,
+                lease_expired=not gone,
+                event_count=record.event_count,
+            )
+            changes = Changes(
+                EffectStatus.RECONCILING,
+                lease=lease,
+                overlap=tuple(overlap),
+                reason=f"outcome unknown: {reason}",
+                evidence=evidence,
+            )
+            unknown = EffectStatus.OUTCOME_UNKNOWN
+            step = self.write(
+                call,
+                expect,
+                changes,
+                EventDraft(EventType.LEASE_EXPIRED, status, unknown, record.attempts, evidence),
+                EventDraft(
+                    EventType.RECONCILING, unknown, EffectStatus.RECONCILING, record.attempts
+                ),
+            )
+        else:
+            expect = Expect(
+                statuses=frozenset({status}), lease_expired=True, event_count=record.event_count
+            )
+            changes = Changes(EffectStatus.RECONCILING, lease=lease)
+            event = EventDraft(
+                EventType.RECONCILING, status, EffectStatus.RECONCILING, record.attempts
+            )
+            step = self.write(call, expect, changes, event)
+        try:
+            taken: OperationRecord = yield step
+        except FencedWriteError:
+            return None
+        return taken
+
+    def hold(self, call: Call, record: OperationRecord, token: str, *, dispatch: bool) -> Machine:
+        """Work the operation while holding its lease: dispatch, settle, reconcile, retry."""
+        renewal = KEEPER.start(
+            self.ledger, call.operation_id, token, call.contract.lease_seconds, self.now
+        )
+        try:
+            while True:
+                if dispatch:
+                    outcome: HandlerOutcome = yield HandlerStep(token, record.attempts)
+                    settled = yield from self.settle(call, record, token, outcome)
+                    if isinstance(settled, EffectResult):
+                        return settled
+                    record = settled
+                reconciled = yield from self.reconcile(call, record, token)
+                if isinstance(reconciled, EffectResult):
+                    return reconciled
+                record, dispatch = reconciled, True
+        finally:
+            KEEPER.stop(renewal)
+            TOKENS.release(token)
+
+    def settle(
+        self, call: Call, record: OperationRecord, token: str, outcome: HandlerOutcome
+    ) -> Generator[Step, Any, OperationRecord | EffectResult[Any]]:
+        """Record a handler's outcome; a record back means reconcile it (RECONCILING, our lease)."""
+        attempt = record.attempts
+        fence = Expect(lease_token=token)
+        dispatched = EffectStatus.DISPATCHED
+        try:
+            if outcome.kind is Outcome.RETURNED:
+                stored = store(call.contract, outcome.value)
+                if isinstance(stored, Stored):
+                    changes = Changes(
+                        EffectStatus.CONFIRMED,
+                        lease=None,
+                        output_json=stored.json,
+                        provider_operation_id=stored.provider_operation_id,
+                        reason=None,
+                    )
+                    event = EventDraft(
+                        EventType.CONFIRMED, dispatched, EffectStatus.CONFIRMED, attempt
+                    )
+                    confirmed = yield self.write(call, fence, changes, event)
+                    return self.result(call, confirmed, replayed=False)
+                reason = stored
+            elif outcome.kind is Outcome.REJECTED:
+                error = outcome.error
+                assert isinstance(error, EffectRejected)  # noqa: S101 - by classification
+                rejection = jsonable(error.evidence)
+                changes = Changes(
+                    EffectStatus.REJECTED, lease=None, reason=str(error.reason), evidence=rejection
+                )
+                event = EventDraft(
+                    EventType.REJECTED, dispatched, EffectStatus.REJECTED, attempt, rejection
+                )
+                rejected = yield self.write(call, fence, changes, event)
+                return self.result(call, rejected, replayed=False)
+            elif outcome.kind is Outcome.TIMED_OUT:
+                reason = f"the handler passed its {call.contract.handler_timeout:g}s deadline"
+                if outcome.still_running:
+                    reason += " and may still be sending"
+            else:
+                reason = f"the handler {outcome.describe()}"
+            overlap = list(live_overlap(record))
+            if outcome.still_running:
+                overlap.append(OverlapHolder(token, attempt, _process.current_owner()))
+            evidence = {
+                "handler": outcome.describe(),
+                "reason": reason,
+                "overlap_risk": bool(overlap),
+            }
+            unknown = EffectStatus.OUTCOME_UNKNOWN
+            if outcome.kind is Outcome.INTERRUPTED:
+                changes = Changes(
+                    unknown, lease=None, overlap=tuple(overlap), reason=reason, evidence=evidence
+                )
+                event = EventDraft(
+                    EventType.OUTCOME_UNKNOWN, dispatched, unknown, attempt, evidence
+                )
+                yield self.write(call, fence, changes, event)
+                assert outcome.error is not None  # noqa: S101 - interruptions carry their exception
+                raise outcome.error
+            changes = Changes(
+                EffectStatus.RECONCILING,
+                lease=self.lease(call, token),
+                overlap=tuple(overlap),
+                reason=f"outcome unknown: {reason}",
+                evidence=evidence,
+            )
+            # Unknown and reconciling share one commit; the probe runs under the same lease.
+            reconciling: OperationRecord = yield self.write(
+                call,
+                fence,
+                changes,
+                EventDraft(EventType.OUTCOME_UNKNOWN, dispatched, unknown, attempt, evidence),
+                EventDraft(EventType.RECONCILING, unknown, EffectStatus.RECONCILING, attempt),
+            )
+            return reconciling  # noqa: TRY300 - every branch above writes under the same fence
+        except FencedWriteError:
+            # Another worker took the operation over: what this handler did is evidence only.
+            # A handler still running records its outcome itself when it ends; recording
+            # "timed out" now would clear the overlap risk it still carries.
+            if not outcome.still_running:
+                yield LedgerStep(lambda: self.record_late(call, token, attempt, outcome))
+            if outcome.kind is Outcome.INTERRUPTED and outcome.error is not None:
+                raise outcome.error from None
+            current = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
+            return self.result(call, current, replayed=False)
+
+    def reconcile(
+        self, call: Call, record: OperationRecord, token: str
+    ) -> Generator[Step, Any, OperationRecord | EffectResult[Any]]:
+        """Apply the reconcile table; a record back means dispatch again (DISPATCHED, our lease)."""
+        contract = call.contract
+        probe: OutcomeProbeResult | None = None
+        if contract.outcome_probe is not None:
+            probe = yield ProbeStep()
+        stored: Stored | str | None = None
+        if probe is not None and probe.status is ProbeStatus.COMMITTED:
+            stored = store(contract, probe.output)
+        overlap = live_overlap(record)
+        decision = decide(
+            probe,
+            confirmable=isinstance(stored, Stored),
+            guaranteed=self.guaranteed(contract, record),
+            overlap_risk=bool(overlap),
+            attempts_left=record.attempts < record.attempt_budget,
+            policy=contract.unknown_outcome,
+        )
+        evidence: dict[str, Any] = {
+            "probe": None if probe is None else probe.status.value,
+            "probe_evidence": {} if probe is None else jsonable(probe.evidence),
+            "overlap_risk": bool(overlap),
+        }
+        if isinstance(stored, str):
+            evidence["unconfirmable"] = stored
+        reconciling = EffectStatus.RECONCILING
+        attempt = record.attempts
+        fence = Expect(lease_token=token)
+        if decision.verdict is Verdict.CONFIRM:
+            assert isinstance(stored, Stored)  # noqa: S101 - CONFIRM needs a storable output
+            assert probe is not None  # noqa: S101
+            changes = Changes(
+                EffectStatus.CONFIRMED,
+                lease=None,
+                output_json=stored.json,
+                provider_operation_id=probe.provider_operation_id or stored.provider_operation_id,
+                reason=decision.reason,
+                evidence=evidence,
+                overlap=(),
+            )
+            event = EventDraft(
+                EventType.CONFIRMED, reconciling, EffectStatus.CONFIRMED, attempt, evidence
+            )
+            step = self.write(call, fence, changes, event)
+        elif decision.verdict is Verdict.RETRY:
+            changes = Changes(
+                EffectStatus.DISPATCHED,
+                lease=self.lease(call, token),
+                attempts=attempt + 1,
+                reason=f"retrying with the same key: {decision.reason}",
+                evidence=evidence,
+                overlap=overlap,
+            )
+            step = self.write(
+                call,
+                fence,
+                changes,
+                EventDraft(EventType.RETRY, reconciling, EffectStatus.PREPARED, attempt, evidence),
+                EventDraft(
+                    EventType.DISPATCHED,
+                    EffectStatus.PREPARED,
+                    EffectStatus.DISPATCHED,
+                    attempt + 1,
+                ),
+            )
+        else:
+            target = (
+                EffectStatus.QUARANTINED
+                if decision.verdict is Verdict.QUARANTINE
+                else EffectStatus.OUTCOME_UNKNOWN
+            )
+            kind = (
+                EventType.QUARANTINED
+                if target is EffectStatus.QUARANTINED
+                else EventType.OUTCOME_UNKNOWN
+            )
+            changes = Changes(
+                target, lease=None, reason=decision.reason, evidence=evidence, overlap=overlap
+            )
+            step = self.write(
+                call, fence, changes, EventDraft(kind, reconciling, target, attempt, evidence)
+            )
+        try:
+            written: OperationRecord = yield step
+        except FencedWriteError:
+            current = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
+            return self.result(call, current, replayed=False)
+        if decision.verdict is Verdict.RETRY:
+            return written
+        return self.result(call, written, replayed=False)

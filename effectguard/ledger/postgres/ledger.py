@@ -1,0 +1,435 @@
+"""The PostgreSQL ledger: the SQLite ledger's guarantees, shared by workers on many hosts.
+
+**Claims.** One ``INSERT … ON CONFLICT DO NOTHING`` that also inserts the
+PREPARED and DISPATCHED events (a data-modifying CTE, in autocommit): of any
+number of racing claimants on any hosts exactly one creates the row, and the
+row and its events are committed, durably, when that statement returns.
+
+**Every later write is optimistic.** The writer reads the row (its event count
+and chain head, and the server's time, in one round trip), checks its
+:class:`~effectguard.ledger.protocol.Expect`, hashes the new events here, then runs
+one conditional ``UPDATE`` that also inserts the events. Its WHERE clause
+encodes the ``Expect`` (status set, exact lease token, lease expired at that
+time) *and* "the event count is still the one I read", so the chain is always
+extended from the head it was computed on. Zero rows updated means the row
+moved: it is read again, and the write either fails with the reason
+(:class:`~effectguard.errors.FencedWriteError`) or is computed again on the new
+head. No transaction spans round trips and no row lock is held while Python
+hashes: two round trips per write, where ``SELECT … FOR UPDATE`` needs four
+(BEGIN, SELECT, write, COMMIT) and makes every other writer of that row wait.
+A lease renewal changes neither count nor head, and a transition sets only the
+columns it changes, so it never undoes a renewal that slipped in between.
+
+**Usually one round trip.** A write whose thread read or wrote the same
+operation less than a second ago starts from that view instead of reading:
+the row as it was then, and the server's time then plus the time elapsed
+here (:mod:`effectguard.ledger.postgres.recent`). The conditional statement
+makes a stale view harmless (it changes nothing and the write reads and
+retries as above), so a guarded call (read, claim, outcome) takes three
+round trips instead of five.
+
+**Time.** Without an explicit ``now`` (or a ``clock=``), the database server's
+clock is the ledger's clock: the time read with the row (or, within a second
+of such a read, that time plus the time elapsed since) is the one the lease
+check, the event times and any new lease expiry use, so hosts whose clocks
+disagree still agree on when a lease expires.
+
+**Lost connections.** A connection found broken (a restart, a failover,
+``pg_terminate_backend``) is replaced and the call tried once more, without
+ever applying a write twice: reads and renewals simply run again; a claim
+recognises its own row by its lease token; a transition recognises its own
+write by the chain head it would have produced. Anything else surfaces as
+:class:`~effectguard.errors.LedgerUnavailableError` (or a subclass).
+
+The driver is imported in :mod:`effectguard.ledger.postgres.connections`
+only (a pool per process, fork-safe, and the one boundary driver errors are
+translated at); the SQL text and the row mapping are driver-free modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Self
+
+from effectguard.errors import (
+    ConfigurationError,
+    FencedWriteError,
+    LedgerLockedError,
+    LedgerNotFoundError,
+    LedgerSchemaError,
+    OperationNotFoundError,
+)
+from effectguard.ledger.postgres import rows
+from effectguard.ledger.postgres.connections import (
+    Connection,
+    ConnectionLost,
+    Connections,
+    describe,
+)
+from effectguard.ledger.postgres.recent import Recent
+from effectguard.ledger.postgres.sql import (
+    SCHEMA_VERSION,
+    Statements,
+    advisory_lock_key,
+    split_target,
+)
+from effectguard.ledger.protocol import (
+    UNSET,
+    Changes,
+    EventDraft,
+    Expect,
+    NewOperation,
+    describe_mismatch,
+    verify_chains,
+)
+from effectguard.ledger.resolution import OperatorResolution
+from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
+
+__all__ = ["SCHEMA_VERSION", "PostgresEffectLedger"]
+
+# A write that keeps finding its row changed by others gives up after this many reads.
+_WRITE_ROUNDS = 16
+# Rows fetched per round trip while verify streams the chains.
+_VERIFY_BATCH = 2000
+
+_SchemaState = tuple[bool, bool, bool, int]
+
+
+class PostgresEffectLedger(OperatorResolution):
+    """An :class:`~effectguard.ledger.protocol.EffectLedger` in a PostgreSQL schema.
+
+    ``url`` is a libpq URL or conninfo string; its tables live in ``schema``
+    (default ``effectguard``; a ``?schema=`` URL parameter works too), created
+    with forward migrations on first open unless ``create=False``, in which case
+    a missing ledger is a :class:`LedgerNotFoundError`. A ledger of a newer
+    schema, or a schema holding tables that are not a ledger, is refused with
+    :class:`LedgerSchemaError` and left as it was. ``pool_size`` caps this
+    process's connections; ``timeout`` is how long a call waits for one.
+    ``prepared_statements=False`` keeps psycopg from preparing statements on the
+    server, for poolers that cannot carry them (PgBouncer in transaction mode
+    before 1.21). ``clock`` (epoch seconds) replaces the server's clock when a
+    call passes no ``now``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        pool_size: int = 5,
+        timeout: float = 10.0,
+        create: bool = True,
+        prepared_statements: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not isinstance(url, str):
+            msg = f"a PostgreSQL ledger needs a URL string, not {type(url).__name__}"
+            raise TypeError(msg)
+        if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
+            msg = f"pool_size must be an int >= 1, not {pool_size!r}"
+            raise ConfigurationError(msg)
+        if not timeout > 0:
+            msg = f"timeout must be > 0 seconds, not {timeout!r}"
+            raise ConfigurationError(msg)
+        conninfo, self.schema = split_target(url, schema)
+        self._where = describe(conninfo)
+        self.pool_size = pool_size
+        self.timeout = float(timeout)
+        self._clock = clock
+        self._sql = Statements(self.schema)
+        self._recent = Recent()
+        self._db = Connections(
+            conninfo,
+            label=f"ledger {self._where} (schema {self.schema})",
+            pool_size=pool_size,
+            timeout=self.timeout,
+            prepared_statements=prepared_statements,
+        )
+        self._prepare(create=create)
+
+    def __repr__(self) -> str:
+        return f"PostgresEffectLedger({self._where!r}, schema={self.schema!r})"
+
+    # -- schema ------------------------------------------------------------------------
+
+    def _prepare(self, *, create: bool) -> None:
+        """Check the schema holds a ledger this library can use, then migrate it forward."""
+        with self._db.direct() as conn:
+            state = self._inspect(conn)
+            if state[3] == SCHEMA_VERSION:
+                return
+            self._refuse(state, create=create)
+            with conn.transaction():
+                # Two processes opening an empty database at once: one migrates,
+                # the other waits here, then finds the work done.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_lock_key(self.schema),))
+                state = self._inspect(conn)
+                self._refuse(state, create=create)
+                schema_exists, _, _, version = state
+                if not schema_exists:
+                    conn.execute(f"CREATE SCHEMA {self._sql.qualified}")
+                conn.execute(self._sql.bootstrap)
+                for number in range(version + 1, SCHEMA_VERSION + 1):
+                    conn.execute(self._sql.migration(number))
+                    conn.execute(self._sql.record_version, (number,))
+
+    def _inspect(self, conn: Connection) -> _SchemaState:
+        """Return (schema exists, version table exists, ledger tables exist, version)."""
+        row = conn.execute(self._sql.inspect, {"schema": self.schema}).fetchone()
+        assert row is not None  # noqa: S101 - a SELECT without FROM returns one row
+        schema_exists, versioned, tables = bool(row[0]), bool(row[1]), bool(row[2])
+        version = 0
+        if versioned:
+            found = conn.execute(self._sql.version).fetchone()
+            version = int(found[0]) if found is not None else 0
+        return schema_exists, versioned, tables, version
+
+    def _refuse(self, state: _SchemaState, *, create: bool) -> None:
+        _, versioned, tables, version = state
+        where = f"schema {self.schema!r} of {self._where}"
+        if tables and not versioned:
+            msg = f"{where} holds tables that are not an effectguard ledger"
+            raise LedgerSchemaError(msg)
+        if version > SCHEMA_VERSION:
+            msg = (
+                f"the ledger in {where} has schema version {version}, newer than this "
+                f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
+            )
+            raise LedgerSchemaError(msg)
+        if not versioned and not create:
+            msg = f"no effectguard ledger in {where} (reads never create one)"
+            raise LedgerNotFoundError(msg)
+
+    # -- reading -----------------------------------------------------------------------
+
+    def _given(self, now: float | None) -> datetime | None:
+        """The ledger's now unless it is the server's: the caller's, else the ``clock``'s."""
+        if now is None and self._clock is not None:
+            now = self._clock()
+        return None if now is None else rows.moment(now)
+
+    def _fetch(
+        self, operation_id: str, now: float | None
+    ) -> tuple[OperationRecord | None, datetime]:
+        """Read the operation and the ledger's now in one round trip."""
+
+        def work(conn: Connection) -> tuple[Any, ...]:
+            row = conn.execute(self._sql.select_one, (operation_id,)).fetchone()
+            assert row is not None  # noqa: S101 - the outer SELECT always returns one row
+            return row
+
+        row = self._db.read(work)
+        server_time = rows.utc(row[0])
+        at = self._given(now) or server_time
+        record = None if row[1] is None else rows.record(row[1:], at)
+        self._recent.saw(operation_id, record, server_time)
+        return record, at
+
+    def _start(
+        self, operation_id: str, expect: Expect, now: float | None
+    ) -> tuple[OperationRecord | None, datetime]:
+        """The row and time a transition starts from: a moment-old guess if it passes, or a read."""
+        seen = self._recent.get(operation_id)
+        if seen is not None and seen.record is not None:
+            guess = seen.record
+            if describe_mismatch(guess, expect, lease_expired=not guess.lease_live) is None:
+                return guess, self._given(now) or seen.server_now()
+        return self._fetch(operation_id, now)
+
+    # -- primitives --------------------------------------------------------------------
+
+    def claim(
+        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
+    ) -> tuple[OperationRecord, bool]:
+        """See :meth:`EffectLedger.claim`."""
+        lease = operation.lease
+        moment = self._given(now)
+        seen = self._recent.get(operation.operation_id)
+        if moment is None and seen is not None and seen.record is None:
+            # This thread just found no such operation: the insert below still checks.
+            moment = seen.server_now()
+        elif moment is None:
+            # The events' times are hashed, so the server's time is needed first.
+            existing, moment = self._fetch(operation.operation_id, None)
+            if existing is not None:
+                return existing, False
+        params = rows.created(operation, events, moment)
+
+        def work(conn: Connection) -> tuple[Any, ...] | None:
+            return conn.execute(self._sql.claim, params).fetchone()
+
+        lost = False
+        for _ in range(_WRITE_ROUNDS):
+            try:
+                row = self._db.run(work)
+            except ConnectionLost:
+                if lost:
+                    raise
+                lost = True
+                self._db.recover()
+            else:
+                if row is not None:
+                    record = rows.record(row, moment)
+                    self._recent.wrote(record)
+                    return record, True
+            existing, _ = self._fetch(operation.operation_id, now)
+            if existing is not None:
+                # After a lost connection, only this claim's own token proves it committed.
+                return existing, lost and existing.lease_token == lease.token
+        msg = f"could not claim operation {operation.operation_id!r}: it keeps changing"
+        raise LedgerLockedError(msg)
+
+    def transition(
+        self,
+        operation_id: str,
+        expect: Expect,
+        changes: Changes,
+        events: Sequence[EventDraft],
+        *,
+        now: float | None = None,
+    ) -> OperationRecord:
+        """See :meth:`EffectLedger.transition`."""
+        conditions = []
+        if expect.statuses is not None:
+            conditions.append("o.status = ANY(%(statuses)s::text[])")
+        if expect.lease_token is None:
+            conditions.append("o.lease_token IS NULL")
+        elif expect.lease_token is not UNSET:
+            conditions.append("o.lease_token = %(expect_token)s")
+        if expect.lease_expired:
+            conditions.append(
+                "(o.lease_token IS NULL OR o.lease_expires_at IS NULL"
+                " OR o.lease_expires_at <= %(at)s)"
+            )
+        lost: tuple[int, bytes] | None = None
+        current, moment = self._start(operation_id, expect, now)
+        for _ in range(_WRITE_ROUNDS):
+            if current is None:
+                raise OperationNotFoundError(operation_id)
+            if lost is not None and (current.event_count, current.event_head) == lost:
+                return current  # the write whose acknowledgement was lost did commit
+            problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
+            if problem is not None:
+                msg = f"write to operation {operation_id!r} refused: {problem}"
+                raise FencedWriteError(msg)
+            params = rows.chain_parameters(
+                operation_id, events, current.event_count, current.event_head, moment
+            )
+            columns = rows.changed_columns(changes, moment)
+            params.update(columns)
+            params.update(
+                operation_id=operation_id,
+                read_count=current.event_count,
+                statuses=sorted(status.value for status in expect.statuses or ()),
+                expect_token=None if expect.lease_token is UNSET else expect.lease_token,
+            )
+            statement = self._sql.transition(columns, conditions)
+
+            def work(conn: Connection, statement: str = statement, params: Any = params) -> Any:
+                return conn.execute(statement, params).fetchone()
+
+            try:
+                row = self._db.run(work)
+            except ConnectionLost:
+                # Without events there is no chain head to recognise the write by.
+                if lost is not None or not events:
+                    raise
+                lost = (params["new_count"], params["new_head"])
+                self._db.recover()
+            else:
+                if row is not None:
+                    record = rows.record(row, moment)
+                    self._recent.wrote(record)
+                    return record
+            current, moment = self._fetch(operation_id, now)
+        msg = f"could not write operation {operation_id!r}: it keeps changing"
+        raise LedgerLockedError(msg)
+
+    def renew(
+        self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None
+    ) -> None:
+        """See :meth:`EffectLedger.renew`."""
+        micros = round(seconds * 1_000_000)
+        params: dict[str, Any] = {"operation_id": operation_id, "token": lease_token}
+        given = self._given(now)
+        if given is None:
+            statement = self._sql.renew(server_clock=True)
+            params["micros"] = micros
+        else:
+            statement = self._sql.renew(server_clock=False)
+            params["expires"] = rows.after(given, seconds)
+
+        def work(conn: Connection) -> int:
+            return conn.execute(statement, params).rowcount
+
+        # Renewing twice with one token is harmless, so a lost connection just retries.
+        if self._db.read(work) == 0:
+            msg = f"lease on operation {operation_id!r} is no longer held by this writer"
+            raise FencedWriteError(msg)
+
+    def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
+        """See :meth:`EffectLedger.get`."""
+        return self._fetch(operation_id, now)[0]
+
+    def list_operations(
+        self,
+        *,
+        status: EffectStatus | None = None,
+        contract: str | None = None,
+        limit: int = 100,
+    ) -> list[OperationRecord]:
+        """See :meth:`EffectLedger.list_operations`."""
+        if limit < 1:
+            msg = f"limit must be >= 1, not {limit}"
+            raise ValueError(msg)
+        clauses = []
+        params: dict[str, Any] = {"limit": limit}
+        if status is not None:
+            clauses.append("o.status = %(status)s")
+            params["status"] = EffectStatus(status).value
+        if contract is not None:
+            clauses.append("o.contract = %(contract)s")
+            params["contract"] = contract
+        statement = self._sql.select_many(clauses)
+
+        def work(conn: Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(statement, params).fetchall()
+
+        given = self._given(None)
+        return [rows.record(row[:-1], given or rows.utc(row[-1])) for row in self._db.read(work)]
+
+    def events(self, operation_id: str) -> list[EffectEvent]:
+        """See :meth:`EffectLedger.events`."""
+
+        def work(conn: Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(self._sql.events, (operation_id,)).fetchall()
+
+        return [rows.event(row) for row in self._db.read(work)]
+
+    def verify(self) -> VerifyReport:
+        """See :meth:`EffectLedger.verify`; streams, so memory holds one chain at a time."""
+        return self._db.read(self._verify)
+
+    def _verify(self, conn: Connection) -> VerifyReport:
+        with (
+            conn.transaction(),
+            conn.cursor(name="effectguard_verify_heads") as heads,
+            conn.cursor(name="effectguard_verify_events") as event_rows,
+        ):
+            # One snapshot for both streams, so a concurrent write is seen whole or not at all.
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            heads.itersize = event_rows.itersize = _VERIFY_BATCH
+            heads.execute(self._sql.verify_heads)
+            event_rows.execute(self._sql.verify_events)
+            return verify_chains(heads, event_rows, rows.event)
+
+    def close(self) -> None:
+        """Close this process's connections; the ledger is unusable afterwards."""
+        self._db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,493 @@
+"""The SQLite ledger: durable on one host, safe for many threads and processes.
+
+Every write is ``BEGIN IMMEDIATE … COMMIT`` on a connection opened with
+``isolation_level=None``: Python 3.11's ``sqlite3`` would otherwise open an
+implicit DEFERRED transaction and read outside the write lock, so two claims
+could both see "no record". WAL with ``synchronous=FULL`` makes each commit
+durable against power loss, which is what "recorded before dispatch" needs.
+WAL does not work across hosts or on network file systems: use PostgreSQL there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from effectguard.errors import (
+    FencedWriteError,
+    LedgerError,
+    LedgerLockedError,
+    LedgerNotFoundError,
+    LedgerSchemaError,
+    LedgerUnavailableError,
+    OperationNotFoundError,
+)
+from effectguard.ledger.protocol import (
+    Changes,
+    EventDraft,
+    Expect,
+    NewOperation,
+    describe_mismatch,
+    verify_chains,
+)
+from effectguard.ledger.resolution import OperatorResolution
+from effectguard.ledger.sqlite import rows
+from effectguard.ledger.sqlite.files import create_private_file, enable_wal
+from effectguard.model import (
+    EffectEvent,
+    EffectStatus,
+    OperationRecord,
+    VerifyReport,
+)
+
+__all__ = ["SCHEMA_VERSION", "SQLiteEffectLedger"]
+
+T = TypeVar("T")
+
+#: ``PRAGMA application_id`` of every effectguard ledger file ("EGLD").
+APPLICATION_ID = 0x45474C44
+
+_MIGRATIONS: tuple[str, ...] = (
+    # 1: operations and their hash-chained events.
+    """
+    CREATE TABLE operations (
+        operation_id TEXT PRIMARY KEY,
+        contract TEXT NOT NULL,
+        contract_version INTEGER NOT NULL,
+        fingerprint TEXT NOT NULL,
+        provider_key TEXT,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        attempt_budget INTEGER NOT NULL,
+        arguments TEXT NOT NULL,
+        output TEXT,
+        provider_operation_id TEXT,
+        reason TEXT,
+        evidence TEXT,
+        lease_token TEXT,
+        lease_owner TEXT,
+        lease_expires_us INTEGER,
+        overlap TEXT,
+        created_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        first_dispatched_us INTEGER NOT NULL,
+        event_count INTEGER NOT NULL,
+        event_head BLOB NOT NULL
+    );
+    CREATE TABLE events (
+        operation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        from_status TEXT,
+        to_status TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        at_us INTEGER NOT NULL,
+        evidence TEXT,
+        hash BLOB NOT NULL,
+        PRIMARY KEY (operation_id, seq)
+    ) WITHOUT ROWID;
+    """,
+    # 2: operator listings by status or contract stay fast on large ledgers.
+    """
+    CREATE INDEX operations_by_status ON operations (status, updated_us);
+    CREATE INDEX operations_by_contract ON operations (contract, updated_us);
+    CREATE INDEX operations_by_update ON operations (updated_us);
+    """,
+)
+
+#: The schema version this library writes; older files are migrated forward on open.
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+_SYNCHRONOUS = frozenset({"FULL", "EXTRA", "NORMAL"})
+
+_INSERT_OPERATION = (
+    f"INSERT INTO operations ({rows.COLUMNS}) VALUES ({','.join('?' * len(rows.COLUMN_NAMES))})"
+    " ON CONFLICT (operation_id) DO NOTHING"
+)
+_INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
+_SELECT_ONE = f"SELECT {rows.COLUMNS} FROM operations WHERE operation_id = ?"
+# Every column but the key, in COLUMN_NAMES order, then the key.
+_UPDATE_OPERATION = (
+    f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.COLUMN_NAMES[1:])}"
+    " WHERE operation_id = ?"
+)
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that can be weakly referenced, so dead threads' connections are collected.
+
+    ``in_use`` is held while its thread works on it, so that :meth:`SQLiteEffectLedger.close`
+    from another thread waits instead of closing it mid-statement (which can crash the process).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_use = threading.Lock()
+
+
+class SQLiteEffectLedger(OperatorResolution):
+    """An :class:`~effectguard.ledger.protocol.EffectLedger` in one SQLite file.
+
+    The file is created with mode 0600 on the first write, never by a read;
+    with ``create=False`` a missing file, or an empty one that is not yet a
+    ledger, is a :class:`LedgerNotFoundError` at once and is left as it is.
+    A file of an older schema is migrated forward; a newer one, or a file
+    that is not a ledger, is refused with :class:`LedgerSchemaError` and left as it was.
+    ``synchronous="NORMAL"`` is faster but survives only a process crash, not a
+    power loss: a claim lost after a real dispatch is a silent duplicate.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout: float = 10.0,
+        create: bool = True,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        mode = synchronous.upper()
+        if mode not in _SYNCHRONOUS:
+            msg = (
+                f"synchronous must be one of {', '.join(sorted(_SYNCHRONOUS))}, not {synchronous!r}"
+            )
+            raise ValueError(msg)
+        if not busy_timeout >= 0:
+            msg = f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}"
+            raise ValueError(msg)
+        self.path = Path(path)
+        self.synchronous = mode
+        self.busy_timeout = busy_timeout
+        self._clock = clock or time.time
+        self._local = threading.local()
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._ready = False
+        self._create = create
+        if self.path.exists():
+            self._open(write=False)
+        elif not create:
+            msg = f"no ledger at {self.path} (reads never create one)"
+            raise LedgerNotFoundError(msg)
+
+    def __repr__(self) -> str:
+        return f"SQLiteEffectLedger({str(self.path)!r})"
+
+    # -- connections -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _translate(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
+
+    def _translated(self, exc: sqlite3.Error) -> LedgerError:
+        """The ledger error a driver error surfaces as (the caller raises it ``from exc``)."""
+        if isinstance(exc, sqlite3.OperationalError):
+            text = str(exc)
+            if "locked" in text or "busy" in text:
+                return self._locked()
+            return LedgerUnavailableError(f"ledger {self.path} is unavailable: {text}")
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+            return LedgerSchemaError(f"{self.path} is not a SQLite database")
+        return LedgerUnavailableError(f"ledger {self.path} failed: {exc}")
+
+    def _locked(self) -> LedgerLockedError:
+        return LedgerLockedError(
+            f"ledger {self.path} is locked by another writer "
+            f"(waited the busy timeout of {self.busy_timeout:g}s)"
+        )
+
+    def _create_file(self) -> None:
+        try:
+            create_private_file(self.path)
+        except OSError as exc:
+            msg = f"cannot create ledger {self.path}: {exc.strerror}"
+            raise LedgerUnavailableError(msg) from exc
+
+    def _connect(self) -> _Connection:
+        with self._translate():
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                factory=_Connection,
+            )
+        try:
+            with self._translate():
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                if not self._ready:
+                    self._prepare(conn)
+                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        with self._lock:
+            self._connections.add(conn)
+        return conn
+
+    def _prepare(self, conn: _Connection) -> None:
+        """Check the file is a ledger this library can use, then migrate it forward."""
+        # One statement, one snapshot: another process may be creating this file right now.
+        application_id, version, tables = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()),"
+            " (SELECT user_version FROM pragma_user_version()),"
+            " (SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
+        if application_id != APPLICATION_ID:
+            if tables:
+                msg = f"{self.path} is a SQLite database but not an effectguard ledger"
+                raise LedgerSchemaError(msg)
+            if not self._create:
+                # An empty file (``touch``, an interrupted creation) would otherwise become a
+                # ledger on the first read.
+                msg = f"{self.path} is empty, not a ledger (reads never create one)"
+                raise LedgerNotFoundError(msg)
+        elif version > SCHEMA_VERSION:
+            msg = (
+                f"ledger {self.path} has schema version {version}, newer than this "
+                f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
+            )
+            raise LedgerSchemaError(msg)
+        enable_wal(conn, self.busy_timeout)
+        if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
+            self._ready = True
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # Another process may have migrated while this one waited for the lock.
+            current = conn.execute("PRAGMA user_version").fetchone()[0]
+            for number in range(current + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[number - 1].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        self._ready = True
+
+    def _open(self, *, write: bool) -> _Connection:
+        if self._closed:
+            msg = f"ledger {self.path} is closed"
+            raise LedgerUnavailableError(msg)
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        pid = getattr(self._local, "pid", None)
+        if conn is None or pid != os.getpid():
+            # A connection inherited across fork() must never be used by the child.
+            if not self.path.exists():
+                if not write:
+                    msg = f"no ledger at {self.path} (reads never create one)"
+                    raise LedgerNotFoundError(msg)
+                self._create_file()
+            conn = self._connect()
+            self._local.conn = conn
+            self._local.pid = os.getpid()
+        return conn
+
+    # _read and _write run on every call: plain try/except, no context-manager generator.
+    def _read(self, work: Callable[[_Connection], T], missing: T) -> T:
+        if not self._ready and not self.path.exists():
+            return missing
+        conn = self._open(write=False)
+        try:
+            with conn.in_use:
+                return work(conn)
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
+
+    def _write(self, work: Callable[[_Connection], T]) -> T:
+        conn = self._open(write=True)
+        try:
+            with conn.in_use:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = work(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            raise self._translated(exc) from exc
+        return result
+
+    def _now_us(self, now: float | None) -> int:
+        return round((self._clock() if now is None else now) * 1_000_000)
+
+    @staticmethod
+    def _select(conn: _Connection, operation_id: str) -> Sequence[Any] | None:
+        row: Sequence[Any] | None = conn.execute(_SELECT_ONE, (operation_id,)).fetchone()
+        return row
+
+    # -- primitives ------------------------------------------------------------------
+
+    def claim(
+        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
+    ) -> tuple[OperationRecord, bool]:
+        """See :meth:`EffectLedger.claim`."""
+        now_us = self._now_us(now)
+        # Nothing in a new row depends on what is stored: build it before taking the lock.
+        values, events_rows = rows.created(operation, events, now_us)
+
+        def work(conn: _Connection) -> tuple[OperationRecord, bool]:
+            # Insert first: a new operation, the common case, then needs no read.
+            if conn.execute(_INSERT_OPERATION, values).rowcount == 0:
+                row = self._select(conn, operation.operation_id)
+                assert row is not None  # noqa: S101 - the insert found it, inside this transaction
+                return rows.record(row, now_us), False
+            conn.executemany(_INSERT_EVENT, events_rows)
+            return rows.record(values, now_us), True
+
+        return self._write(work)
+
+    def transition(
+        self,
+        operation_id: str,
+        expect: Expect,
+        changes: Changes,
+        events: Sequence[EventDraft],
+        *,
+        now: float | None = None,
+    ) -> OperationRecord:
+        """See :meth:`EffectLedger.transition`."""
+        now_us = self._now_us(now)
+
+        def work(conn: _Connection) -> OperationRecord:
+            row = self._select(conn, operation_id)
+            if row is None:
+                raise OperationNotFoundError(operation_id)
+            current = rows.version(row, now_us)
+            problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
+            if problem is not None:
+                msg = f"write to operation {operation_id!r} refused: {problem}"
+                raise FencedWriteError(msg)
+            values, events_rows = rows.transitioned(row, changes, events, now_us)
+            conn.executemany(_INSERT_EVENT, events_rows)
+            updated = tuple(values.values())
+            conn.execute(_UPDATE_OPERATION, (*updated[1:], operation_id))
+            return rows.record(updated, now_us)
+
+        return self._write(work)
+
+    def renew(
+        self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None
+    ) -> None:
+        """See :meth:`EffectLedger.renew`."""
+        expires = self._now_us(now) + round(seconds * 1_000_000)
+
+        def work(conn: _Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE operations SET lease_expires_us = ?"
+                " WHERE operation_id = ? AND lease_token = ?",
+                (expires, operation_id, lease_token),
+            )
+            if cursor.rowcount == 0:
+                msg = f"lease on operation {operation_id!r} is no longer held by this writer"
+                raise FencedWriteError(msg)
+
+        self._write(work)
+
+    def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
+        """See :meth:`EffectLedger.get`."""
+        now_us = self._now_us(now)
+
+        def work(conn: _Connection) -> OperationRecord | None:
+            row = self._select(conn, operation_id)
+            return None if row is None else rows.record(row, now_us)
+
+        return self._read(work, None)
+
+    def list_operations(
+        self,
+        *,
+        status: EffectStatus | None = None,
+        contract: str | None = None,
+        limit: int = 100,
+    ) -> list[OperationRecord]:
+        """See :meth:`EffectLedger.list_operations`."""
+        if limit < 1:
+            msg = f"limit must be >= 1, not {limit}"
+            raise ValueError(msg)
+        clauses, params = [], []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(EffectStatus(status).value)
+        if contract is not None:
+            clauses.append("contract = ?")
+            params.append(contract)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        now_us = self._now_us(None)
+
+        def work(conn: _Connection) -> list[OperationRecord]:
+            found = conn.execute(
+                f"SELECT {rows.COLUMNS} FROM operations {where} ORDER BY updated_us DESC LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+            return [rows.record(row, now_us) for row in found]
+
+        return self._read(work, [])
+
+    def events(self, operation_id: str) -> list[EffectEvent]:
+        """See :meth:`EffectLedger.events`."""
+
+        def work(conn: _Connection) -> list[EffectEvent]:
+            found = conn.execute(
+                f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE operation_id = ? ORDER BY seq",
+                (operation_id,),
+            ).fetchall()
+            return [rows.event(row) for row in found]
+
+        return self._read(work, [])
+
+    def verify(self) -> VerifyReport:
+        """See :meth:`EffectLedger.verify`."""
+
+        def work(conn: _Connection) -> VerifyReport:
+            # One read transaction, so the chains are checked against one snapshot.
+            conn.execute("BEGIN")
+            try:
+                return self._verify(conn)
+            finally:
+                conn.execute("COMMIT")
+
+        return self._read(work, VerifyReport(0, 0, ()))
+
+    def _verify(self, conn: _Connection) -> VerifyReport:
+        heads = conn.execute(
+            "SELECT operation_id, event_count, event_head, status"
+            " FROM operations ORDER BY operation_id"
+        )
+        events = conn.execute(f"SELECT {rows.EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
+        return verify_chains(heads, events, rows.event)
+
+    def close(self) -> None:
+        """Close every connection this ledger opened, in any thread."""
+        self._closed = True
+        with self._lock:
+            connections = list(self._connections)
+            self._connections = weakref.WeakSet()
+        for conn in connections:
+            # Wait for the thread using it to finish its statement: closing under it can crash.
+            with conn.in_use, contextlib.suppress(sqlite3.Error):
+                conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
