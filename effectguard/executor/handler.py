@@ -86,7 +86,8 @@ class _ThreadRun:
     """A call in its own daemon thread that its caller may stop waiting for.
 
     Until the caller abandons it, the outcome is handed to the caller; after
-    that, to ``on_late``, in the call's own thread. A daemon thread of its own,
+    that, to ``on_late``, in the call's own thread. A caller interrupted before
+    the call began stops it from ever beginning. A daemon thread of its own,
     not an executor's pool, so that no event loop or pool shutdown waits for it
     or drops what it returns.
     """
@@ -104,6 +105,8 @@ class _ThreadRun:
         self._done = threading.Event()
         self._outcome: HandlerOutcome | None = None
         self._abandoned = False
+        self._began = False
+        self._cancelled = False
 
     def start(self, name: str) -> None:
         # A copy of the caller's context, so context variables (a lent executor) reach the call.
@@ -111,6 +114,12 @@ class _ThreadRun:
         threading.Thread(target=context.run, args=(self._run,), name=name, daemon=True).start()
 
     def _run(self) -> None:
+        with self._lock:
+            # Thread.start can be interrupted after the thread exists: which of the caller
+            # and this thread takes the lock first decides whether the call runs at all.
+            if self._cancelled:
+                return
+            self._began = True
         outcome = classify(self._call)
         with self._lock:
             abandoned = self._abandoned
@@ -122,25 +131,39 @@ class _ThreadRun:
         elif self._notify is not None:
             self._notify()
 
-    def abandon(self) -> HandlerOutcome | None:
-        """Stop waiting: return the outcome if there is one, else hand it to ``on_late`` later."""
+    def abandon(
+        self,
+        interrupted: BaseException | None = None,
+        late: Callable[[HandlerOutcome], None] | None = None,
+    ) -> HandlerOutcome:
+        """Stop waiting, ``interrupted`` by that exception if given, and say what the caller gets.
+
+        ``late`` (default ``on_late``) receives the call's outcome exactly when
+        the result has ``still_running=True``, once, now or when the call ends.
+        Interrupted before the call began, the call never begins: INTERRUPTED
+        with ``still_running=False``. A deadline does not stop a call that has
+        not begun yet: TIMED_OUT with ``still_running=True``.
+        """
         with self._lock:
-            if self._outcome is None:
+            outcome = self._outcome
+            if outcome is None:
                 self._abandoned = True
-            return self._outcome
+                self._cancelled = interrupted is not None and not self._began
+            running = outcome is None and not self._cancelled
+        if interrupted is None:
+            return outcome or HandlerOutcome(Outcome.TIMED_OUT, still_running=True)
+        if outcome is not None:
+            (late or self._on_late)(outcome)  # it ended just as the wait was interrupted
+            running = True  # ``late`` owns the outcome now: the caller must not settle it too
+        return HandlerOutcome(Outcome.INTERRUPTED, error=interrupted, still_running=running)
 
     def wait(self, timeout: float) -> HandlerOutcome:
         interrupted: BaseException | None = None
         try:
             self._done.wait(timeout)
-        except BaseException as exc:  # noqa: BLE001 - Ctrl-C while waiting: the call goes on
+        except BaseException as exc:  # noqa: BLE001 - Ctrl-C while waiting: a call begun goes on
             interrupted = exc
-        outcome = self.abandon()
-        if interrupted is None:
-            return outcome or HandlerOutcome(Outcome.TIMED_OUT, still_running=True)
-        if outcome is not None:
-            self._on_late(outcome)  # it ended just as the wait was interrupted
-        return HandlerOutcome(Outcome.INTERRUPTED, error=interrupted, still_running=True)
+        return self.abandon(interrupted)
 
 
 def call_in_thread(
@@ -157,9 +180,18 @@ def call_in_thread(
     interrupted), and ``on_late`` receives the real outcome whenever the call
     finally ends. The thread runs in a copy of the caller's context, so
     context variables (an executor lent by a runtime) reach it.
+
+    Interrupted at any point, including inside ``Thread.start``, it returns
+    INTERRUPTED rather than raising: with ``still_running=True`` if the call
+    had begun, and ``on_late`` then receives its outcome; with
+    ``still_running=False`` if not, and then it never runs. ``on_late`` is
+    called exactly when the result has ``still_running=True``.
     """
     run = _ThreadRun(call, on_late)
-    run.start(name)
+    try:
+        run.start(name)
+    except BaseException as exc:  # noqa: BLE001 - Ctrl-C in Thread.start: the thread may exist
+        return run.abandon(exc)
     return run.wait(timeout)
 
 
@@ -172,8 +204,11 @@ async def call_thread_async(
 ) -> HandlerOutcome:
     """Like :func:`call_in_thread`, awaited on the event loop (``limit`` None: no deadline).
 
-    If the awaiting task is cancelled, the thread cannot be: the result is
-    INTERRUPTED with ``still_running=True`` and ``on_late`` receives the real outcome.
+    If the awaiting task is cancelled, or interrupted while the thread starts,
+    a call that has begun cannot be stopped: the result is INTERRUPTED with
+    ``still_running=True`` and ``on_late`` receives the real outcome. One that
+    has not begun never will: INTERRUPTED with ``still_running=False``.
+    ``on_late`` is called exactly when the result has ``still_running=True``.
     """
     loop = asyncio.get_running_loop()
     finished = asyncio.Event()
@@ -181,19 +216,22 @@ async def call_thread_async(
     def notify() -> None:
         loop.call_soon_threadsafe(finished.set)
 
+    def late(outcome: HandlerOutcome) -> None:
+        # It ended just as the caller was interrupted: record it off the event loop.
+        threading.Thread(target=on_late, args=(outcome,), name=name, daemon=True).start()
+
     run = _ThreadRun(call, on_late, notify=notify)
-    run.start(name)
+    try:
+        run.start(name)
+    except BaseException as exc:  # noqa: BLE001 - Ctrl-C in Thread.start: the thread may exist
+        return run.abandon(exc, late)
     try:
         await asyncio.wait_for(finished.wait(), limit)
     except TimeoutError:
         pass
     except asyncio.CancelledError as exc:
-        outcome = run.abandon()
-        if outcome is not None:
-            # It ended just as the caller was cancelled: record it off the event loop.
-            threading.Thread(target=on_late, args=(outcome,), name=name, daemon=True).start()
-        return HandlerOutcome(Outcome.INTERRUPTED, error=exc, still_running=True)
-    return run.abandon() or HandlerOutcome(Outcome.TIMED_OUT, still_running=True)
+        return run.abandon(exc, late)
+    return run.abandon()
 
 
 def _task_outcome(task: asyncio.Future[Any]) -> HandlerOutcome:

@@ -14,11 +14,14 @@ import subprocess
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 
 import pytest
 from support import ARGS, OPERATION, capture_contract, wait_until
 
 from effectguard import EffectExecutor, EffectRejected, EffectStatus, OutcomeProbeResult
+from effectguard._lease import TOKENS
+from effectguard.model import EventType
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ProviderUnavailable
 
 
@@ -182,6 +185,99 @@ def test_ctrl_c_while_waiting_records_unknown_then_the_late_result(ledger, ctrl_
         provider.release_late()
     wait_until(lambda: ledger.get(OPERATION).status is EffectStatus.CONFIRMED)
     assert provider.committed() == 1
+
+
+def _ctrl_c_in_handler_thread_start(
+    monkeypatch, ledger, *, before_raising: Callable[[], object] = lambda: None
+) -> dict:
+    """The handler thread's ``Thread.start`` raises KeyboardInterrupt once the thread is launched.
+
+    As when SIGINT lands while ``start`` waits for the new thread to signal it
+    has started. Returns what it saw: the thread, and the lease token at that moment.
+    """
+    real_start = threading.Thread.start
+    seen: dict = {}
+
+    def start(thread: threading.Thread) -> None:
+        real_start(thread)
+        if "thread" in seen or not thread.name.startswith("effectguard-handler-"):
+            return
+        seen["thread"] = thread
+        seen["token"] = ledger.get(OPERATION).lease_token
+        before_raising()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    return seen
+
+
+def _dispatch(driver: str, executor: EffectExecutor, contract, handler) -> object:
+    if driver == "execute":
+        return executor.execute(contract, ARGS, handler)
+    return asyncio.run(executor.execute_async(contract, ARGS, handler))
+
+
+@pytest.mark.parametrize("driver", ["execute", "execute_async"])
+def test_ctrl_c_while_the_handler_thread_starts_records_the_late_result(
+    ledger, monkeypatch, driver
+):
+    """Interrupted inside Thread.start once the handler runs: unknown now, its return later."""
+    provider = _late_provider()
+    contract = capture_contract(provider, handler_timeout=20)
+    seen = _ctrl_c_in_handler_thread_start(
+        monkeypatch, ledger, before_raising=lambda: provider.wait_until_held(1)
+    )
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _dispatch(driver, EffectExecutor(ledger), contract, provider.handler)
+        record = ledger.get(OPERATION)
+        assert record.status is EffectStatus.OUTCOME_UNKNOWN
+        assert record.overlap_risk
+        assert TOKENS.active(seen["token"])  # the handler still runs under it
+    finally:
+        provider.release_late()
+    wait_until(lambda: ledger.get(OPERATION).status is EffectStatus.CONFIRMED)
+    assert ledger.events(OPERATION)[-1].type is EventType.LATE_RESULT
+    wait_until(lambda: not TOKENS.active(seen["token"]))
+    assert provider.requests == 1
+    assert provider.committed() == 1
+
+
+@pytest.mark.parametrize("driver", ["execute", "execute_async"])
+def test_ctrl_c_before_the_handler_thread_runs_the_handler_means_it_never_does(
+    ledger, monkeypatch, driver
+):
+    """Thread launched but not yet at the handler when interrupted: it never sends; no leak."""
+    provider = FakePaymentProvider(idempotency_guaranteed=False)
+    contract = capture_contract(provider, handler_timeout=20)
+    gate = threading.Event()
+    real_start = threading.Thread.start
+
+    def hold_back_then_start(thread: threading.Thread) -> None:
+        if thread.name.startswith("effectguard-handler-"):
+            run = thread.run
+
+            def run_once_let_through() -> None:
+                gate.wait(10)
+                run()
+
+            thread.run = run_once_let_through  # type: ignore[method-assign]
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", hold_back_then_start)
+    seen = _ctrl_c_in_handler_thread_start(monkeypatch, ledger)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _dispatch(driver, EffectExecutor(ledger), contract, provider.handler)
+    finally:
+        gate.set()
+    seen["thread"].join(10)
+    record = ledger.get(OPERATION)
+    assert record.status is EffectStatus.OUTCOME_UNKNOWN
+    assert not record.overlap_risk
+    assert not TOKENS.active(seen["token"])
+    assert provider.requests == 0
+    assert provider.committed() == 0
 
 
 def test_context_variables_reach_a_handler_running_under_a_deadline(ledger):
