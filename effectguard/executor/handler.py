@@ -12,6 +12,7 @@ import asyncio
 import contextvars
 import dataclasses
 import enum
+import functools
 import inspect
 import threading
 from collections.abc import Awaitable, Callable
@@ -74,6 +75,10 @@ def classify(call: Callable[[], Any]) -> HandlerOutcome:
         error = TypeError("the handler returned an awaitable; use execute_async for async handlers")
         return HandlerOutcome(Outcome.RAISED, error=error)
     return HandlerOutcome(Outcome.RETURNED, value=value)
+
+
+def _raise(error: BaseException) -> Any:
+    raise error
 
 
 def _discard(value: object) -> None:
@@ -251,7 +256,13 @@ async def call_async(
     not have stopped yet: the result is INTERRUPTED with ``still_running=True``
     and ``on_late`` receives the handler's real outcome once it has ended.
     """
-    task = asyncio.ensure_future(make())
+    try:
+        awaitable = make()
+    except BaseException as exc:  # noqa: BLE001 - classified as if raised inside the handler
+        # A handler can fail before its coroutine exists (a wrong signature): that is
+        # its outcome too, never an escape that strands the row DISPATCHED.
+        return classify(functools.partial(_raise, exc))
+    task = asyncio.ensure_future(awaitable)
     try:
         done, _ = await asyncio.wait({task}, timeout=limit)
         if not done:

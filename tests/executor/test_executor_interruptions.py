@@ -20,7 +20,7 @@ import pytest
 from support import ARGS, OPERATION, capture_contract, wait_until
 
 from effectguard import EffectExecutor, EffectRejected, EffectStatus, OutcomeProbeResult
-from effectguard._lease import TOKENS
+from effectguard.executor.lease import TOKENS
 from effectguard.model import EventType
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ProviderUnavailable
 
@@ -353,3 +353,21 @@ def test_an_unreadable_proc_entry_does_not_make_a_live_owner_gone(tmp_path):
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
     assert completed.stdout.strip() == "False"
+
+
+def test_an_async_handler_that_fails_before_its_coroutine_exists_is_recorded(ledger):
+    """A coroutine function called with the wrong signature is an outcome, not a stranded row."""
+    provider = FakePaymentProvider()
+
+    async def no_key_parameter(arguments):  # the executor passes idempotency_key=
+        return provider.handler(arguments, idempotency_key="never")
+
+    contract = capture_contract(provider, probe=False)
+    result = asyncio.run(EffectExecutor(ledger).execute_async(contract, ARGS, no_key_parameter))
+    record = ledger.get(OPERATION)
+    assert record.status is EffectStatus.QUARANTINED
+    unknown = [e for e in ledger.events(OPERATION) if e.type is EventType.OUTCOME_UNKNOWN]
+    assert "TypeError" in unknown[0].evidence["handler"]
+    assert result.status is EffectStatus.QUARANTINED
+    assert not TOKENS.active(record.lease_token or "")
+    assert provider.committed() == 0
