@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from effectguard import EffectGuardError, EffectStatus, InvalidRequestError
+from effectguard import EffectGuardError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from effectguard import EffectStatus
 
 __all__ = [
     "EXIT_CODES_HELP",
@@ -137,6 +140,9 @@ def parse_status(
     # A callback rather than a ParamType subclass: ParamType is generic only in newer Click.
     if value is None:
         return None
+    # Imported on use: the model is not needed to print --help.
+    from effectguard import EffectStatus  # noqa: PLC0415 - see above
+
     try:
         return EffectStatus.parse(value)
     except ValueError as exc:
