@@ -132,8 +132,8 @@ def refusals() -> Iterator[None]:
 
 
 def parse_status(
-    ctx: click.Context,  # noqa: ARG001
-    param: click.Parameter,  # noqa: ARG001
+    ctx: click.Context,  # noqa: ARG001 - Click's callback signature
+    param: click.Parameter,  # noqa: ARG001 - Click's callback signature
     value: str | None,
 ) -> EffectStatus | None:
     """Option callback: the status named by ``value`` in any case, or a one-line usage error."""
@@ -149,7 +149,7 @@ def parse_status(
         raise click.BadParameter(str(exc)) from exc
 
 
-def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  # noqa: ARG001
+def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  # noqa: ARG001 - Click's callback signature
     """Option callback: the JSON value in ``value``; NaN and Infinity are not JSON and refused."""
 
     def refuse(constant: str) -> NoReturn:
@@ -163,7 +163,7 @@ def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  
         raise click.BadParameter(msg) from exc
 
 
-def non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001
+def non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001 - Click's callback signature
     """Option callback: ``value`` unless it is empty or only whitespace."""
     if not value.strip():
         msg = "must not be empty"
