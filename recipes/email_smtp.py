@@ -157,7 +157,7 @@ def main() -> int:
     """Lose the reply after the server accepts; exit 0 if no message is sent twice."""
     try:
         # The demo's stand-in for a provider; the code above never needs it.
-        from effectguard.testkit.servers.smtp import FakeSMTPServer, SMTPFault  # noqa: PLC0415
+        from effectguard.testkit.servers.smtp import FakeSMTPServer, SMTPFault  # noqa: PLC0415 - demo only; needs aiosmtpd
     except ImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -177,7 +177,7 @@ class PaymentsClient:
 def main() -> int:
     """Drop the connection after the server commits; exit 0 if exactly one capture results."""
     # The demo's stand-in for a provider; the code above never needs it.
-    from effectguard.testkit.servers.http_payments import FakePaymentServer, ServerFault  # noqa: PLC0415
+    from effectguard.testkit import FakePaymentServer, ServerFault  # noqa: PLC0415 - demo only
 
     with (
         tempfile.TemporaryDirectory() as workdir,

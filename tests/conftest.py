@@ -81,7 +81,7 @@ def postgres_schemas(postgres_url: str) -> Iterator[Callable[[], str]]:
 
     yield make
     if made:
-        import psycopg  # noqa: PLC0415
+        import psycopg  # noqa: PLC0415 - optional; imported only when a PostgreSQL server is given
 
         with psycopg.connect(postgres_url, autocommit=True) as conn:
             for schema in made:
@@ -150,9 +150,9 @@ def ledger_sql(backend: str, ledger_target: str) -> Callable[..., None]:
             finally:
                 conn.close()
             return
-        import psycopg  # noqa: PLC0415
+        import psycopg  # noqa: PLC0415 - optional; imported only when a PostgreSQL server is given
 
-        from effectguard.ledger.postgres.sql import split_target  # noqa: PLC0415
+        from effectguard.ledger.postgres.sql import split_target  # noqa: PLC0415 - imports psycopg, which is optional
 
         conninfo, schema = split_target(ledger_target, None)
         with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -55,3 +56,48 @@ def test_python_blocks_run(document: Path, tmp_path: Path, request: pytest.Fixtu
 def test_readme_and_every_document_are_covered():
     """The README has code, and the check found it (guards against a broken pattern)."""
     assert ROOT / "README.md" in _documents_with_code()
+
+
+#: Modules a user may import: the README's, docs' and recipes' code uses no others.
+PUBLIC_MODULES = {
+    "effectguard",
+    "effectguard.bench",
+    "effectguard.fingerprint",
+    "effectguard.ledger",
+    "effectguard.runtime",
+    "effectguard.testkit",
+    # The testkit's documented submodules (see its package docstring).
+    "effectguard.testkit.matrix",
+    "effectguard.testkit.pytest_plugin",
+    "effectguard.testkit.scenarios",
+    "effectguard.testkit.servers.smtp",
+}
+
+
+def _user_code() -> list[tuple[str, str]]:
+    """Every piece of code a reader copies: README and docs blocks, and the recipes."""
+    code = [
+        (f"{path.name} block {index}", block)
+        for path in DOCUMENTS
+        for index, block in enumerate(BLOCK.findall(path.read_text(encoding="utf-8")), start=1)
+    ]
+    code += [(path.name, path.read_text(encoding="utf-8")) for path in ROOT.glob("recipes/*.py")]
+    return code
+
+
+def _imported_modules(source: str) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            modules.add(node.module)
+    return {name for name in modules if name.split(".")[0] == "effectguard"}
+
+
+def test_documentation_and_recipes_import_only_public_modules():
+    """README, docs and recipes import effectguard only from its public modules."""
+    private = {
+        where: sorted(_imported_modules(source) - PUBLIC_MODULES) for where, source in _user_code()
+    }
+    assert {where: names for where, names in private.items() if names} == {}

@@ -55,6 +55,7 @@ class BenchReport:
     throughput: tuple[Throughput, ...]
     written: WrittenLedger
     big: BigLedger
+    startup: Comparison
     seconds: float
 
     @property
@@ -102,6 +103,7 @@ class BenchReport:
             "zero_lock_errors": self.lock_errors == 0,
             "list_quarantined": self.big.list_ms < LIST_TARGET_MS,
             "bytes_per_confirmed_operation": self.written.bytes_per_operation <= BYTES_TARGET,
+            "cli_startup": self.startup.met,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -136,6 +138,7 @@ class BenchReport:
             },
             "ledger_bytes": self.written.to_json(),
             "large_ledger": self.big.to_json(),
+            "cli_startup": {**self.startup.to_json(), "runs": len(self.startup.subject_rounds)},
             "targets": self.targets(),
             "ok": self.ok,
             "seconds": round(self.seconds, 1),
@@ -213,11 +216,24 @@ class BenchReport:
                     f"(<= {BYTES_TARGET} {_verdict(small)})"
                 ),
                 "",
+                *self._startup_lines(),
+                "",
                 f"{self.seconds:.0f} s; load at the end "
                 + " ".join(f"{value:.2f}" for value in env["load_average_end"]),
             ]
         )
         return out
+
+    def _startup_lines(self) -> list[str]:
+        item = self.startup
+        return [
+            f"CLI start-up, median of {len(item.subject_rounds)} fresh interpreters each:",
+            (
+                f"  {item.subject}: {item.subject_us / 1000:.1f} ms; "
+                f"{item.baseline}: {item.baseline_us / 1000:.1f} ms; "
+                f"{item.ratio:.2f}x (<= {item.target:g}x {_verdict(item.met)})"
+            ),
+        ]
 
 
 def _verdict(met: bool | None) -> str:

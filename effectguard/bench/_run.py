@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from effectguard import __version__
-from effectguard.bench import _big, _throughput
+from effectguard.bench import _big, _startup, _throughput
 from effectguard.bench._calls import CallBench, count_calls
 from effectguard.bench._config import BenchConfig
 from effectguard.bench._report import BenchReport, WrittenLedger
@@ -71,6 +71,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
             say,
         )
         big = _big.measure(site, config.big_ledger_size, config.rounds, say)
+        runs = _startup.runs_for(config.rounds)
+        say(f"CLI start-up: {runs} runs")
+        startup = _startup.measure(runs)
         environment["load_average_end"] = _load()
     finally:
         site.close()
@@ -86,5 +89,6 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         throughput=tuple(throughput),
         written=written,
         big=big,
+        startup=startup,
         seconds=time.perf_counter() - started,
     )

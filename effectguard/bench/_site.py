@@ -81,6 +81,6 @@ def open_site(backend: str, db: str | None) -> Site:
             msg = "--backend postgres needs --db postgresql://USER@HOST:PORT/DBNAME"
             raise BenchError(msg)
         return PostgresSite(db)
-    from effectguard.bench._sqlite_site import SQLiteSite  # noqa: PLC0415
+    from effectguard.bench._sqlite_site import SQLiteSite  # noqa: PLC0415 - a backend's site is imported only when chosen
 
     return SQLiteSite(None if db is None else Path(db))

@@ -120,10 +120,10 @@ class SQLiteSite:
         conn.execute("PRAGMA cache_size = -262144")
         # The ledger's own column lists; nothing here comes from input.
         insert_operation = (
-            f"INSERT INTO operations ({rows.COLUMNS})"  # noqa: S608
+            f"INSERT INTO operations ({rows.COLUMNS})"  # noqa: S608 - column lists are the ledger's own constants
             f" VALUES ({','.join('?' * len(rows.COLUMN_NAMES))})"
         )
-        insert_event = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"  # noqa: S608
+        insert_event = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"  # noqa: S608 - column lists are the ledger's own constants
         operations: list[tuple[Any, ...]] = []
         events: list[rows.EventRow] = []
         try:

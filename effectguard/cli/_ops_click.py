@@ -11,11 +11,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
-from effectguard import EffectGuardError, EffectStatus, InvalidRequestError
+from effectguard import EffectGuardError, InvalidRequestError
+
+if TYPE_CHECKING:
+    from effectguard import EffectStatus
 
 __all__ = [
     "EXIT_CODES_HELP",
@@ -129,21 +132,24 @@ def refusals() -> Iterator[None]:
 
 
 def parse_status(
-    ctx: click.Context,  # noqa: ARG001
-    param: click.Parameter,  # noqa: ARG001
+    ctx: click.Context,  # noqa: ARG001 - Click's callback signature
+    param: click.Parameter,  # noqa: ARG001 - Click's callback signature
     value: str | None,
 ) -> EffectStatus | None:
     """Option callback: the status named by ``value`` in any case, or a one-line usage error."""
     # A callback rather than a ParamType subclass: ParamType is generic only in newer Click.
     if value is None:
         return None
+    # Imported on use: the model is not needed to print --help.
+    from effectguard import EffectStatus  # noqa: PLC0415 - see above
+
     try:
         return EffectStatus.parse(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
 
 
-def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  # noqa: ARG001
+def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  # noqa: ARG001 - Click's callback signature
     """Option callback: the JSON value in ``value``; NaN and Infinity are not JSON and refused."""
 
     def refuse(constant: str) -> NoReturn:
@@ -157,7 +163,7 @@ def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  
         raise click.BadParameter(msg) from exc
 
 
-def non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001
+def non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001 - Click's callback signature
     """Option callback: ``value`` unless it is empty or only whitespace."""
     if not value.strip():
         msg = "must not be empty"

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from effectguard import EffectEvent, OperationRecord, VerifyReport
+if TYPE_CHECKING:
+    # Annotations only, so that `agent-effect-ops --help` does not load the model.
+    from effectguard import EffectEvent, OperationRecord, VerifyReport
 
 __all__ = [
     "event_json",

@@ -70,12 +70,7 @@ def cli(
             raise click.UsageError(msg)
         return
     if list_scenarios:
-        if scenario_name:
-            msg = "--list and --scenario cannot be combined"
-            raise click.UsageError(msg)
-        width = max(len(name) for name in SCENARIOS)
-        for scenario in SCENARIOS.values():
-            click.echo(f"{scenario.name.ljust(width)}  {scenario.summary}")
+        _list_scenarios(scenario_name)
         return
     if scenario_name is None:
         seeded = ctx.get_parameter_source("seed") is not click.core.ParameterSource.DEFAULT
@@ -94,6 +89,15 @@ def cli(
         write_json(output, report.to_json())
     if not report.invariant_held:
         ctx.exit(INVARIANT_BROKEN)
+
+
+def _list_scenarios(scenario_name: str | None) -> None:
+    if scenario_name:
+        msg = "--list and --scenario cannot be combined"
+        raise click.UsageError(msg)
+    width = max(len(name) for name in SCENARIOS)
+    for scenario in SCENARIOS.values():
+        click.echo(f"{scenario.name.ljust(width)}  {scenario.summary}")
 
 
 @cli.command()

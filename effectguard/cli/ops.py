@@ -9,14 +9,12 @@ can do here a program can do too.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 import effectguard
-from effectguard import EffectLedger, EffectStatus, OperationRecord
 from effectguard.cli import _ops_views as views
 from effectguard.cli._ops_click import (
     EXIT_CODES_HELP,
@@ -33,20 +31,26 @@ from effectguard.cli._ops_click import (
     parse_status,
     refusals,
 )
-from effectguard.ledger import open_ledger
+
+if TYPE_CHECKING:
+    # Annotations only: `agent-effect-ops --help` loads neither the ledger nor the model.
+    from effectguard import EffectLedger, EffectStatus, OperationRecord
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
-@dataclass
 class _Session:
     """The group's options; the ledger is opened on first use and closed with the context."""
 
-    target: str | None
-    busy_timeout: float
-    ledger: EffectLedger | None = field(default=None, init=False)
+    # A plain class, not a dataclass: importing dataclasses is a visible part of --help's time.
+    __slots__ = ("busy_timeout", "ledger", "target")
+
+    def __init__(self, target: str | None, busy_timeout: float) -> None:
+        self.target = target
+        self.busy_timeout = busy_timeout
+        self.ledger: EffectLedger | None = None
 
     def open(self, ctx: click.Context) -> EffectLedger:
         if self.ledger is not None:
@@ -61,7 +65,7 @@ class _Session:
         if not self.target.startswith(_POSTGRES_SCHEMES):
             options["busy_timeout"] = self.busy_timeout
         with refusals():
-            ledger = open_ledger(self.target, **options)
+            ledger = effectguard.open_ledger(self.target, **options)
         ctx.call_on_close(ledger.close)
         self.ledger = ledger
         return ledger
@@ -89,6 +93,14 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:  # noqa: ARG001 - Click's callback signature
+    # Not click.version_option(effectguard.__version__): that reads the package metadata
+    # (importlib.metadata) on every start, and --help must stay fast.
+    if value and not ctx.resilient_parsing:
+        click.echo(f"agent-effect-ops, version {effectguard.__version__}")
+        ctx.exit()
+
+
 @click.group(
     cls=OpsGroup,
     epilog=EXIT_CODES_HELP,
@@ -108,7 +120,14 @@ def _now() -> datetime:
     metavar="SECONDS",
     help="How long a write waits for another process's lock on a SQLite ledger.",
 )
-@click.version_option(effectguard.__version__, prog_name="agent-effect-ops")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show the version and exit.",
+)
 @click.pass_context
 def main(ctx: click.Context, target: str | None, busy_timeout: float) -> None:
     """See, understand and resolve the side effects effectguard guards.

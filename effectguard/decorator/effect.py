@@ -139,7 +139,7 @@ class _BoundEffectWrapper(wrapt.BoundFunctionWrapper[..., Any]):
     @property
     def contract(self) -> EffectContract:
         # wrapt keeps a wrapper's own state in _self_* attributes; others reach the wrapped.
-        tool: Tool = self._self_parent._self_tool  # noqa: SLF001
+        tool: Tool = self._self_parent._self_tool  # noqa: SLF001 - wrapt keeps a proxy's state in its _self_ attributes
         return tool.contract
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
@@ -251,10 +251,10 @@ def _find(obj: object) -> Tool | None:
     for _ in range(_MAX_UNWRAP):
         kind = type(obj)  # not obj.__class__, which a wrapt proxy reports as the wrapped one's
         if issubclass(kind, _EffectWrapper):
-            found: Tool = obj._self_tool  # type: ignore[attr-defined]  # noqa: SLF001
+            found: Tool = obj._self_tool  # type: ignore[attr-defined]  # noqa: SLF001 - wrapt keeps a proxy's state in its _self_ attributes
             return found
         if issubclass(kind, _BoundEffectWrapper):
-            bound: Tool = obj._self_parent._self_tool  # type: ignore[attr-defined]  # noqa: SLF001
+            bound: Tool = obj._self_parent._self_tool  # type: ignore[attr-defined]  # noqa: SLF001 - wrapt keeps a proxy's state in its _self_ attributes
             return bound
         if isinstance(obj, (staticmethod, classmethod, types.MethodType)):
             obj = obj.__func__

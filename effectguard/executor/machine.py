@@ -453,7 +453,7 @@ class StateMachine:
         fence = Expect(lease_token=token)
         if decision.verdict is Verdict.CONFIRM:
             assert isinstance(stored, Stored)  # noqa: S101 - CONFIRM needs a storable output
-            assert probe is not None  # noqa: S101
+            assert probe is not None  # noqa: S101 - CONFIRM comes only from a COMMITTED probe
             changes = Changes(
                 EffectStatus.CONFIRMED,
                 lease=None,

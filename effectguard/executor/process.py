@@ -44,7 +44,7 @@ def _start_time(pid: int) -> str:
     except OSError:
         return ""
     # Field 22 of stat (index 19 after the name): start time in clock ticks since boot.
-    return fields[19] if fields is not None and len(fields) > 19 else ""  # noqa: PLR2004
+    return fields[19] if fields is not None and len(fields) > 19 else ""  # noqa: PLR2004 - field 22 of /proc/<pid>/stat, as the comment above says
 
 
 @cache
@@ -113,5 +113,5 @@ def process_gone(owner: LeaseOwner) -> bool:
     state = fields[0] if fields else ""
     if state in ("Z", "X"):
         return True  # a zombie has exited; it can send nothing more
-    start = fields[19] if len(fields) > 19 else ""  # noqa: PLR2004
+    start = fields[19] if len(fields) > 19 else ""  # noqa: PLR2004 - field 22 of /proc/<pid>/stat, as the comment above says
     return bool(owner.start_time) and start != owner.start_time

@@ -28,7 +28,7 @@ def open_ledger(target: str | os.PathLike[str] | EffectLedger, **options: Any) -
     if isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES):
         # Imported only here, so that SQLite users never need psycopg.
         try:
-            from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: PLC0415
+            from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: PLC0415 - a backend is imported only when chosen
         except ModuleNotFoundError as exc:
             if exc.name not in _DRIVERS:
                 raise
@@ -36,7 +36,7 @@ def open_ledger(target: str | os.PathLike[str] | EffectLedger, **options: Any) -
             raise ConfigurationError(msg) from exc
         return PostgresEffectLedger(target, **options)
     if isinstance(target, (str, os.PathLike)):
-        from effectguard.ledger.sqlite import SQLiteEffectLedger  # noqa: PLC0415
+        from effectguard.ledger.sqlite import SQLiteEffectLedger  # noqa: PLC0415 - a backend is imported only when chosen
 
         return SQLiteEffectLedger(target, **options)
     msg = f"a ledger is a path, a postgresql:// URL or a ledger object, not {type(target).__name__}"

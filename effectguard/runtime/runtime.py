@@ -105,7 +105,7 @@ class AgentRuntime:
 
     # -- sync --------------------------------------------------------------------------
 
-    def start(self, run_id: str, input: str | Sequence[Message]) -> RunResult:  # noqa: A002
+    def start(self, run_id: str, input: str | Sequence[Message]) -> RunResult:  # noqa: A002 - `input` is the documented parameter name
         """Start a new run from ``input`` (a user message, or starting messages).
 
         Raises :class:`RunExistsError` when ``run_id`` is already checkpointed.
@@ -145,7 +145,7 @@ class AgentRuntime:
 
     # -- async -------------------------------------------------------------------------
 
-    async def start_async(self, run_id: str, input: str | Sequence[Message]) -> RunResult:  # noqa: A002
+    async def start_async(self, run_id: str, input: str | Sequence[Message]) -> RunResult:  # noqa: A002 - `input` is the documented parameter name
         """Like :meth:`start`, on the event loop: sync work runs in worker threads."""
         record = self._new_record(run_id, input)
         record.revision = await asyncio.to_thread(self.checkpoints.create, record)

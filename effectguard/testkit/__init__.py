@@ -2,7 +2,9 @@
 
 Scenarios (:mod:`effectguard.testkit.scenarios`), the fault matrix
 (:mod:`effectguard.testkit.matrix`) and the pytest plugin
-(:mod:`effectguard.testkit.pytest_plugin`) are built on these.
+(:mod:`effectguard.testkit.pytest_plugin`) are built on these. The SMTP test
+server needs ``aiosmtpd``, so it is imported from its own module,
+:mod:`effectguard.testkit.servers.smtp`.
 """
 
 from effectguard.testkit.clock import ManualClock

@@ -28,6 +28,7 @@ TOP_LEVEL = {
     "throughput",
     "ledger_bytes",
     "large_ledger",
+    "cli_startup",
     "targets",
     "ok",
     "seconds",
@@ -52,6 +53,7 @@ TARGETS = {
     "zero_lock_errors",
     "list_quarantined",
     "bytes_per_confirmed_operation",
+    "cli_startup",
 }
 
 
@@ -144,13 +146,27 @@ def test_the_large_ledger_is_built_and_read(report: dict[str, Any]):
     assert written["bytes_per_operation"] > 0
 
 
+def test_cli_startup_is_timed_beside_a_bare_click_import(report: dict[str, Any]):
+    """The CLI's start-up is timed in fresh interpreters beside ``import click, sqlite3, json``."""
+    startup = report["cli_startup"]
+    assert set(startup) == COMPARISON | {"runs"}
+    assert startup["subject"] == "agent-effect-ops --help"
+    assert startup["baseline"] == 'python -c "import click, sqlite3, json"'
+    assert startup["runs"] == 3
+    assert len(startup["rounds"]["subject_us"]) == len(startup["rounds"]["baseline_us"]) == 3
+    assert startup["baseline_us"] > 0
+    assert startup["subject_us"] > 0
+    assert startup["target_ratio"] == 2.0
+
+
 def test_the_table_names_each_measurement_and_the_run_leaves_nothing_behind(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ):
     """Without --json a table is printed; every ledger file or schema made is gone at the end."""
     db = where(backend, tmp_path, request)
     table = run(backend, db)
-    for label in ("guarded call (2 commits, 1 read)", "replay vs indexed read", "throughput"):
+    labels = ("guarded call (2 commits, 1 read)", "replay vs indexed read", "throughput")
+    for label in (*labels, "CLI start-up", "agent-effect-ops --help"):
         assert label in table
     assert "large ledger: 200 operations (2 quarantined)" in table
     if backend == "sqlite":

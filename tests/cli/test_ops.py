@@ -338,7 +338,7 @@ def test_installed_console_script_reads_and_refuses(tmp_path: Path) -> None:
 def test_reading_a_missing_postgres_ledger_creates_no_schema(postgres_url, postgres_schemas):
     """On PostgreSQL too, a read names the missing ledger and leaves no schema behind."""
     import psycopg  # noqa: PLC0415 - only this test needs the driver
-    from postgres_support import with_schema  # noqa: PLC0415
+    from postgres_support import with_schema  # noqa: PLC0415 - imports psycopg, which is optional
 
     schema = postgres_schemas()
     result = CliRunner().invoke(main, ["--db", with_schema(postgres_url, schema), "list"])

@@ -302,7 +302,7 @@ class Billing:
         self.executor = executor
         self.probed_by: list[Billing] = []
 
-    def find_capture(self, invoice_id: str, amount_cents: int, *, idempotency_key: str) -> Any:  # noqa: ARG002
+    def find_capture(self, invoice_id: str, amount_cents: int, *, idempotency_key: str) -> Any:  # noqa: ARG002 - a probe is called like the tool
         """Look the capture up at this client's provider."""
         self.probed_by.append(self)
         return self.provider.probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)

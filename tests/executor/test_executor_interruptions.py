@@ -298,7 +298,7 @@ def test_context_variables_reach_a_handler_running_under_a_deadline(ledger):
 
 def test_evidence_without_a_json_form_is_recorded_not_fatal(ledger):
     """A datetime in probe or rejection evidence is stored as text; the outcome is recorded."""
-    import datetime as dt  # noqa: PLC0415
+    import datetime as dt  # noqa: PLC0415 - used by this test only
 
     provider = FakePaymentProvider(idempotency_guaranteed=False, faults=FaultPlan([Fault.LOSE_ACK]))
 

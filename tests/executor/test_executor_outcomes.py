@@ -99,7 +99,7 @@ def test_confirmed_operation_is_replayed_by_a_new_process_after_reopening(tmp_pa
     ledger_path = tmp_path / "ledger.db"
     provider_path = tmp_path / "provider.db"
     provider = FakePaymentProvider(path=provider_path)
-    from effectguard import SQLiteEffectLedger  # noqa: PLC0415
+    from effectguard import SQLiteEffectLedger  # noqa: PLC0415 - used by this test only
 
     with SQLiteEffectLedger(ledger_path) as ledger:
         first = EffectExecutor(ledger).execute(capture_contract(provider), ARGS, provider.handler)

@@ -26,7 +26,7 @@ psycopg = import_psycopg()
 
 from _postgres_worker import capture_contract  # noqa: E402 - needs psycopg
 
-from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: E402
+from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: E402 - needs psycopg, imported just above
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -163,7 +163,7 @@ def test_processes_migrating_an_empty_database_at_once_all_succeed(
         assert group.everyone(with_schema(postgres_url, schema)) == ["ok"] * 3
         with psycopg.connect(postgres_url) as conn:
             versions = conn.execute(
-                f'SELECT version FROM "{schema}".effectguard_migrations ORDER BY version'  # noqa: S608
+                f'SELECT version FROM "{schema}".effectguard_migrations ORDER BY version'  # noqa: S608 - schema and table names are the test's own, never input
             ).fetchall()
         assert versions == [(1,), (2,)]
 

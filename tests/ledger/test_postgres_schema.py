@@ -21,9 +21,9 @@ from effectguard.model import EffectStatus, EventType, LeaseOwner
 
 psycopg = import_psycopg()
 
-from effectguard.ledger.postgres import SCHEMA_VERSION, PostgresEffectLedger  # noqa: E402
+from effectguard.ledger.postgres import SCHEMA_VERSION, PostgresEffectLedger  # noqa: E402 - needs psycopg, imported just above
 from effectguard.ledger.postgres import ledger as pg_ledger  # noqa: E402 - needs psycopg
-from effectguard.ledger.postgres.sql import split_target  # noqa: E402
+from effectguard.ledger.postgres.sql import split_target  # noqa: E402 - needs psycopg, imported just above
 
 OWNER = LeaseOwner("host-a.example", "boot", "pid:[1]", 1, "1")
 CLAIM_EVENTS = (
@@ -48,7 +48,7 @@ def query(url: str, statement: str) -> list[tuple[object, ...]]:
 
 
 def versions(url: str, schema: str) -> list[int]:
-    rows = query(url, f'SELECT version FROM "{schema}".effectguard_migrations ORDER BY version')  # noqa: S608
+    rows = query(url, f'SELECT version FROM "{schema}".effectguard_migrations ORDER BY version')  # noqa: S608 - schema and table names are the test's own, never input
     return [int(version) for (version,) in rows]
 
 
@@ -61,7 +61,7 @@ def test_a_fresh_ledger_is_created_in_its_own_schema(postgres_url, postgres_sche
     assert versions(postgres_url, schema) == list(range(1, SCHEMA_VERSION + 1))
     tables = query(
         postgres_url,
-        f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}' ORDER BY 1",  # noqa: S608
+        f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}' ORDER BY 1",  # noqa: S608 - schema and table names are the test's own, never input
     )
     assert tables == [("effectguard_migrations",), ("events",), ("operations",)]
 
@@ -84,14 +84,14 @@ def test_an_older_ledger_is_migrated_forward_keeping_its_data(postgres_url, post
         schema = ledger.schema
     for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
         query(postgres_url, f'DROP INDEX "{schema}".{index}')
-    query(postgres_url, f'DELETE FROM "{schema}".effectguard_migrations WHERE version > 1')  # noqa: S608
+    query(postgres_url, f'DELETE FROM "{schema}".effectguard_migrations WHERE version > 1')  # noqa: S608 - schema and table names are the test's own, never input
     with PostgresEffectLedger(postgres_target) as ledger:
         assert ledger.get("op-1").status is EffectStatus.DISPATCHED
         assert ledger.verify().ok
     assert versions(postgres_url, schema) == [1, 2]
     indexes = query(
         postgres_url,
-        f"SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}'"  # noqa: S608
+        f"SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}'"  # noqa: S608 - schema and table names are the test's own, never input
         " AND indexname LIKE 'operations_by_%'",
     )
     assert indexes == [(3,)]
@@ -103,11 +103,11 @@ def test_a_newer_ledger_is_refused_and_left_untouched(postgres_url, postgres_tar
         ledger.claim(operation(), CLAIM_EVENTS)
         schema = ledger.schema
     newer = SCHEMA_VERSION + 1
-    query(postgres_url, f'INSERT INTO "{schema}".effectguard_migrations (version) VALUES ({newer})')  # noqa: S608
+    query(postgres_url, f'INSERT INTO "{schema}".effectguard_migrations (version) VALUES ({newer})')  # noqa: S608 - schema and table names are the test's own, never input
     with pytest.raises(LedgerSchemaError, match=f"schema version {newer}, newer than"):
         PostgresEffectLedger(postgres_target)
     assert versions(postgres_url, schema) == [*range(1, SCHEMA_VERSION + 1), newer]
-    rows = query(postgres_url, f'SELECT operation_id, status FROM "{schema}".operations')  # noqa: S608
+    rows = query(postgres_url, f'SELECT operation_id, status FROM "{schema}".operations')  # noqa: S608 - schema and table names are the test's own, never input
     assert rows == [("op-1", "DISPATCHED")]
 
 
@@ -119,7 +119,7 @@ def test_a_schema_holding_other_tables_is_refused(postgres_url, postgres_schemas
         PostgresEffectLedger(postgres_url, schema=schema)
     tables = query(
         postgres_url,
-        f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}'",  # noqa: S608
+        f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}'",  # noqa: S608 - schema and table names are the test's own, never input
     )
     assert tables == [("operations",)]
 
@@ -129,7 +129,7 @@ def test_create_false_refuses_a_missing_ledger_and_creates_nothing(postgres_url,
     schema = postgres_schemas()
     with pytest.raises(LedgerNotFoundError, match="reads never create one"):
         open_ledger(with_schema(postgres_url, schema), create=False)
-    found = query(postgres_url, f"SELECT 1 FROM pg_namespace WHERE nspname = '{schema}'")  # noqa: S608
+    found = query(postgres_url, f"SELECT 1 FROM pg_namespace WHERE nspname = '{schema}'")  # noqa: S608 - schema and table names are the test's own, never input
     assert found == []
 
 
@@ -159,7 +159,7 @@ def test_other_url_parameters_still_reach_the_server(postgres_url, postgres_sche
         ledger.get("op-1")
         seen = query(
             postgres_url,
-            f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}'",  # noqa: S608
+            f"SELECT count(*) FROM pg_stat_activity WHERE application_name = '{application}'",  # noqa: S608 - schema and table names are the test's own, never input
         )
     assert seen[0][0] >= 1
 
@@ -206,7 +206,7 @@ def test_verify_streams_a_ledger_in_batches(postgres_target, monkeypatch):
         assert (report.operations_checked, report.events_checked) == (5, 10)
         with psycopg.connect(split_target(postgres_target, None)[0]) as conn:
             conn.execute(
-                f'DELETE FROM "{ledger.schema}".events WHERE operation_id = %s AND seq = 1',  # noqa: S608
+                f'DELETE FROM "{ledger.schema}".events WHERE operation_id = %s AND seq = 1',  # noqa: S608 - schema and table names are the test's own, never input
                 ("op-3",),
             )
             conn.commit()
@@ -221,7 +221,7 @@ def test_a_forked_child_opens_its_own_connections(postgres_url, postgres_schemas
     target = with_schema(f"{postgres_url}{separator}application_name={application}", "x")
     target = target.replace("schema=x", f"schema={postgres_schemas()}")
     sessions = (
-        "SELECT pid FROM pg_stat_activity"  # noqa: S608
+        "SELECT pid FROM pg_stat_activity"  # noqa: S608 - schema and table names are the test's own, never input
         f" WHERE application_name = '{application}' ORDER BY pid"
     )
     with PostgresEffectLedger(target) as ledger:

@@ -204,7 +204,7 @@ def test_application_id_marks_our_files(tmp_path):
 
 def test_close_waits_for_a_statement_running_in_another_thread(tmp_path):
     """close() from one thread never closes a connection under another thread's statement."""
-    import threading  # noqa: PLC0415
+    import threading  # noqa: PLC0415 - used by this test only
 
     ledger = SQLiteEffectLedger(tmp_path / "ledger.db")
     _confirm_one(ledger)

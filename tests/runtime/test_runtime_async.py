@@ -83,13 +83,13 @@ def test_start_async_waits_and_resume_async_completes(executor):
 
 def test_sync_tools_and_models_run_under_the_async_runtime(executor, provider, checkpoints):
     """start_async takes sync tools and a sync model too, running them in worker threads."""
-    from runtime_support import capture_tool  # noqa: PLC0415
+    from runtime_support import capture_tool  # noqa: PLC0415 - used by this test only
 
     def lookup_invoice(invoice_id: str) -> dict:
         """Read an invoice."""
         return {"invoice_id": invoice_id, "open": True}
 
-    from effectguard.runtime import ToolCall  # noqa: PLC0415
+    from effectguard.runtime import ToolCall  # noqa: PLC0415 - used by this test only
 
     lookup = ToolCall("call-0", "lookup_invoice", {"invoice_id": "INV-1042"})
     runtime = AgentRuntime(

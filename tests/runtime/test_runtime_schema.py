@@ -206,9 +206,9 @@ def test_google_docstrings_are_parsed():
 
 def test_positional_only_parameters_are_passed_by_position(executor):
     """A plain tool with positional-only parameters is still called correctly from JSON."""
-    from runtime_support import RecordingModel  # noqa: PLC0415
+    from runtime_support import RecordingModel  # noqa: PLC0415 - used by this test only
 
-    from effectguard.runtime import AgentRuntime, ToolCall  # noqa: PLC0415
+    from effectguard.runtime import AgentRuntime, ToolCall  # noqa: PLC0415 - used by this test only
 
     def power(base: int, exponent: int = 2, /) -> int:
         """Raise a number."""

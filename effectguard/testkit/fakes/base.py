@@ -7,12 +7,14 @@ committed, independently of anything the library reports.
 from __future__ import annotations
 
 import abc
+import contextlib
 import enum
 import json
 import os
 import signal
+import sqlite3
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from effectguard.model import OutcomeProbeResult
@@ -65,6 +67,30 @@ class Lookup(enum.StrEnum):
 
 def _kill_this_process() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _earlier_response(
+    conn: sqlite3.Connection, key: str, body: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The response of the committed request that used ``key``; None if no request used it.
+
+    Raises:
+        ProviderKeyMismatch: the key was used with a different body.
+        ProviderConflict: the request that used the key has not committed yet.
+    """
+    row = conn.execute(
+        "SELECT body, state FROM effects WHERE idempotency_key = ? ORDER BY seq", (key,)
+    ).fetchone()
+    if row is None:
+        return None
+    stored = json.loads(row[0])
+    if stored["request"] != dict(body):
+        msg = f"key {key!r} was used with different parameters"
+        raise ProviderKeyMismatch(msg)
+    if row[1] != "committed":
+        msg = f"a request with key {key!r} is still being processed"
+        raise ProviderConflict(msg)
+    return dict(stored["response"])
 
 
 class FakeProvider(abc.ABC):
@@ -229,6 +255,23 @@ class FakeProvider(abc.ABC):
             ).fetchone()[0]
             return count
 
+    @contextlib.contextmanager
+    def _in_flight_as(self, key: str | None) -> Iterator[None]:
+        """Mark ``key`` in flight while the block runs; a second request with it is a conflict."""
+        if key is None:
+            yield
+            return
+        with self._flight_lock:
+            if key in self._in_flight:
+                msg = f"a request with key {key!r} is still being processed"
+                raise ProviderConflict(msg)
+            self._in_flight.add(key)
+        try:
+            yield
+        finally:
+            with self._flight_lock:
+                self._in_flight.discard(key)
+
     def _submit(
         self,
         reference: str,
@@ -247,30 +290,14 @@ class FakeProvider(abc.ABC):
             msg = f"provider unavailable (request {reference!r} not processed)"
             raise ProviderUnavailable(msg)
         flight = key if (deduplicate and key is not None) else None
-        if flight is not None:
-            with self._flight_lock:
-                if flight in self._in_flight:
-                    msg = f"a request with key {flight!r} is still being processed"
-                    raise ProviderConflict(msg)
-                self._in_flight.add(flight)
-        try:
+        with self._in_flight_as(flight):
             if fault is Fault.LATE_COMMIT:
                 self._hold()
             with self._store.transaction() as conn:
                 if flight is not None:
-                    row = conn.execute(
-                        "SELECT body, state FROM effects WHERE idempotency_key = ? ORDER BY seq",
-                        (flight,),
-                    ).fetchone()
-                    if row is not None:
-                        stored = json.loads(row[0])
-                        if stored["request"] != dict(body):
-                            msg = f"key {flight!r} was used with different parameters"
-                            raise ProviderKeyMismatch(msg)
-                        if row[1] != "committed":
-                            msg = f"a request with key {flight!r} is still being processed"
-                            raise ProviderConflict(msg)
-                        return dict(stored["response"])
+                    earlier = _earlier_response(conn, flight, body)
+                    if earlier is not None:
+                        return earlier
                 seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM effects").fetchone()[0]
                 response = make_response(seq)
                 state = "pending" if fault is Fault.PENDING else "committed"
@@ -287,10 +314,6 @@ class FakeProvider(abc.ABC):
                         pending,
                     ),
                 )
-        finally:
-            if flight is not None:
-                with self._flight_lock:
-                    self._in_flight.discard(flight)
         if fault in (Fault.LOSE_ACK, Fault.PENDING):
             msg = f"timed out waiting for the provider's answer to {reference!r}"
             raise ProviderTimeout(msg)

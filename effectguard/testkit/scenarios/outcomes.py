@@ -81,7 +81,7 @@ def before_commit(env: ScenarioEnv) -> ScenarioReport:
         operation_id=operation_id,
         checks=[
             ("the operation is CONFIRMED", result.status is EffectStatus.CONFIRMED),
-            ("it was retried once, on the probe's evidence", result.attempts == 2),  # noqa: PLR2004
+            ("it was retried once, on the probe's evidence", result.attempts == 2),  # noqa: PLR2004 - the scenario's expected attempt count
             ("the ledger records the retry", "retry" in events),
             ("the provider holds exactly one capture", provider.committed() == 1),
         ],

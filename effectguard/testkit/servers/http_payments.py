@@ -360,12 +360,12 @@ def _handler_for(server: FakePaymentServer) -> type[BaseHTTPRequestHandler]:
             if parts.path != CAPTURES:
                 self._answer(http.HTTPStatus.NOT_FOUND, _not_found(parts.path))
                 return
-            self._answer(*server._lookup(parts.query))  # noqa: SLF001
+            self._answer(*server._lookup(parts.query))  # noqa: SLF001 - the request handler is the server's own inner class
 
         def do_POST(self) -> None:
             parts = urlsplit(self.path)
             key = self.headers.get("Idempotency-Key") or None
-            fault = server._arrive("POST", parts.path, key)  # noqa: SLF001
+            fault = server._arrive("POST", parts.path, key)  # noqa: SLF001 - the request handler is the server's own inner class
             raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if parts.path != CAPTURES:
                 self._answer(http.HTTPStatus.NOT_FOUND, _not_found(parts.path))
@@ -374,12 +374,12 @@ def _handler_for(server: FakePaymentServer) -> type[BaseHTTPRequestHandler]:
                 error = _error("api_error", "unavailable", "the service is unavailable")
                 self._answer(http.HTTPStatus.SERVICE_UNAVAILABLE, {"error": error})
                 return
-            status, body, replayed = server._capture(key, raw, fault)  # noqa: SLF001
+            status, body, replayed = server._capture(key, raw, fault)  # noqa: SLF001 - the request handler is the server's own inner class
             if fault is ServerFault.DROP_AFTER_COMMIT:
                 self.close_connection = True  # the socket closes with no answer written
                 return
             if fault is ServerFault.ANSWER_LATE:
-                with server._waiter() as event:  # noqa: SLF001
+                with server._waiter() as event:  # noqa: SLF001 - the request handler is the server's own inner class
                     event.wait(server.answer_delay)
             self._answer(status, body, replayed=replayed)
 

@@ -79,7 +79,7 @@ class _Handler:
             return "554 5.7.1 Message refused"
         if fault is not SMTPFault.DROP_BEFORE_ACCEPT:
             content = envelope.original_content or b""
-            self._server._accept(  # noqa: SLF001
+            self._server._accept(  # noqa: SLF001 - the SMTP handler is the server's own helper
                 SentMessage(
                     message_id=BytesHeaderParser().parsebytes(content)["Message-ID"],
                     sender=envelope.mail_from or "",
