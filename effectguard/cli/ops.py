@@ -48,7 +48,7 @@ class _Session:
     busy_timeout: float
     ledger: EffectLedger | None = field(default=None, init=False)
 
-    def open(self, ctx: click.Context) -> EffectLedger:
+    def open(self, ctx: click.Context, *, write: bool) -> EffectLedger:
         if self.ledger is not None:
             return self.ledger
         if not self.target:
@@ -60,6 +60,8 @@ class _Session:
         options: dict[str, Any] = {"create": False}
         if not self.target.startswith(_POSTGRES_SCHEMES):
             options["busy_timeout"] = self.busy_timeout
+            # A read opens the file read-only, so it works on a ledger this user may only read.
+            options["read_only"] = not write
         with refusals():
             ledger = open_ledger(self.target, **options)
         ctx.call_on_close(ledger.close)
@@ -67,13 +69,13 @@ class _Session:
         return ledger
 
 
-def _ledger() -> EffectLedger:
+def _ledger(*, write: bool = False) -> EffectLedger:
     ctx = click.get_current_context()
     session = ctx.find_object(_Session)
     if session is None:  # pragma: no cover - main() always installs one
         msg = "agent-effect-ops commands run only under the agent-effect-ops group"
         raise RuntimeError(msg)
-    return session.open(ctx)
+    return session.open(ctx, write=write)
 
 
 def _operation(ledger: EffectLedger, operation_id: str) -> OperationRecord:
@@ -213,7 +215,7 @@ def confirm(
     evidence_reference: str,
 ) -> None:
     """Record that operation OP took effect; later calls replay the given output."""
-    ledger = _ledger()
+    ledger = _ledger(write=True)
     with refusals():
         record = ledger.confirm(
             operation_id,
@@ -231,7 +233,7 @@ def confirm(
 @audit_options
 def reject(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
     """Record that operation OP did not take effect and never will; it is never sent again."""
-    ledger = _ledger()
+    ledger = _ledger(write=True)
     with refusals():
         record = ledger.reject(
             operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
@@ -249,7 +251,7 @@ def authorize_retry(operation_id: str, actor: str, reason: str, evidence_referen
     too, the operation waits for an operator again. Authorizing vouches that
     no earlier attempt can still take effect, so it clears any overlap risk.
     """
-    ledger = _ledger()
+    ledger = _ledger(write=True)
     with refusals():
         record = ledger.authorize_retry(
             operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
