@@ -4,7 +4,8 @@
 failover looks to a client; ``restore()`` lets connections through again.
 ``lose_reply_to(marker)`` lets the next request containing ``marker`` reach the
 server and run to completion (its ReadyForQuery, so any commit, is seen), then
-drops the connection before the client reads the answer: a lost acknowledgement.
+drops the connection before the client reads the answer: a lost acknowledgement;
+its ``then`` runs at that moment, before the client learns of the drop.
 The shared server itself is never touched.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 # ReadyForQuery ('Z', length 5): the server has finished the request, commit included.
@@ -24,6 +26,7 @@ class _Pair:
         self.client = client
         self.upstream = upstream
         self.losing_reply = False
+        self.then: Callable[[], None] | None = None
 
     def close(self) -> None:
         for sock in (self.client, self.upstream):
@@ -44,6 +47,7 @@ class TcpProxy:
         self._pairs: set[_Pair] = set()
         self._refusing = False
         self._marker: bytes | None = None
+        self._then: Callable[[], None] | None = None
         self.replies_lost = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -69,10 +73,14 @@ class TcpProxy:
         with self._lock:
             self._refusing = False
 
-    def lose_reply_to(self, marker: bytes) -> None:
-        """Drop the connection after the server answers the next request containing ``marker``."""
+    def lose_reply_to(self, marker: bytes, then: Callable[[], None] | None = None) -> None:
+        """Drop the connection after the server answers the next request containing ``marker``.
+
+        ``then`` runs (in the proxy's thread) after the answer is complete, before the drop.
+        """
         with self._lock:
             self._marker = marker
+            self._then = then
 
     def close(self) -> None:
         """Stop listening and drop every connection."""
@@ -109,6 +117,7 @@ class TcpProxy:
                     if self._marker is not None and self._marker in data:
                         self._marker = None
                         pair.losing_reply = True
+                        pair.then, self._then = self._then, None
                 pair.upstream.sendall(data)
         except OSError:
             pass
@@ -123,6 +132,8 @@ class TcpProxy:
                     if _READY_FOR_QUERY in seen or _READY_FOR_QUERY in data:
                         with self._lock:
                             self.replies_lost += 1
+                        if pair.then is not None:
+                            pair.then()
                         break
                     continue
                 pair.client.sendall(data)

@@ -22,7 +22,6 @@ from effectguard.bench._stats import Comparison, per_call_us
 from effectguard.contract import EffectContract
 from effectguard.decorator import effect
 from effectguard.executor import EffectExecutor
-from effectguard.executor.process import current_owner
 from effectguard.fingerprint import canonical_json
 from effectguard.ledger.protocol import (
     Changes,
@@ -33,6 +32,7 @@ from effectguard.ledger.protocol import (
     NewOperation,
 )
 from effectguard.model import EffectResult, EffectStatus, EventType
+from effectguard.process import current_owner
 
 __all__ = ["CONTRACT", "CallBench", "arguments", "count_calls", "handler"]
 

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.executor.process import current_owner
 from effectguard.fingerprint import canonical_json, request_fingerprint
 from effectguard.ledger.protocol import Changes, EventDraft, Lease, NewOperation
 from effectguard.model import EffectStatus, EventType
+from effectguard.process import current_owner
 
 __all__ = [
     "CLAIMED_EVENTS",

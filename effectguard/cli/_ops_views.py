@@ -1,10 +1,12 @@
-"""How ``agent-effect-ops`` shows operations, events and chain reports: JSON and text.
+r"""How ``agent-effect-ops`` shows operations, events and chain reports: JSON and text.
 
 JSON views are for machines and carry every field an operator may need, except
 lease tokens, which are write capabilities rather than facts. Text views are
-for people: aligned columns, UTC times, and every stored string shown with
-control characters escaped, because arguments and ids come from agents and
-callers, and must never be able to drive the operator's terminal.
+for people: aligned columns, UTC times. Both escape every stored character
+that is not printable (controls, DEL, C1 such as U+009B, bidi overrides such
+as U+202E): text as Python escapes it, JSON as ``\uXXXX``, because arguments
+and ids come from agents and callers, and must never be able to drive the
+operator's terminal or disguise what it shows.
 """
 
 from __future__ import annotations
@@ -29,9 +31,29 @@ __all__ = [
 ]
 
 
+def _escape_unprintable(text: str) -> str:
+    r"""Return JSON ``text`` with every non-printable character but its newlines as ``\u`` escapes.
+
+    json.dumps escapes only C0 controls; outside strings it writes nothing but
+    spaces and newlines, so every character replaced here is inside a string,
+    where a ``\u`` escape (a surrogate pair above U+FFFF) means the same character.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for char in text:
+        if char.isprintable() or char == "\n":
+            out.append(char)
+        elif ord(char) > 0xFFFF:  # noqa: PLR2004 - the last code point of the BMP
+            out.append(json.dumps(char, ensure_ascii=True)[1:-1])
+        else:
+            out.append(f"\\u{ord(char):04x}")
+    return "".join(out)
+
+
 def to_json(value: Any) -> str:
-    """Return ``value`` as indented, key-sorted JSON text."""
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    """Return ``value`` as indented, key-sorted JSON text, non-printable characters escaped."""
+    return _escape_unprintable(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
 
 
 def _compact(value: Any) -> str:

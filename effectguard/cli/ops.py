@@ -52,7 +52,7 @@ class _Session:
         self.busy_timeout = busy_timeout
         self.ledger: EffectLedger | None = None
 
-    def open(self, ctx: click.Context) -> EffectLedger:
+    def open(self, ctx: click.Context, *, write: bool) -> EffectLedger:
         if self.ledger is not None:
             return self.ledger
         if not self.target:
@@ -64,6 +64,8 @@ class _Session:
         options: dict[str, Any] = {"create": False}
         if not self.target.startswith(_POSTGRES_SCHEMES):
             options["busy_timeout"] = self.busy_timeout
+            # A read opens the file read-only, so it works on a ledger this user may only read.
+            options["read_only"] = not write
         with refusals():
             ledger = effectguard.open_ledger(self.target, **options)
         ctx.call_on_close(ledger.close)
@@ -71,13 +73,13 @@ class _Session:
         return ledger
 
 
-def _ledger() -> EffectLedger:
+def _ledger(*, write: bool = False) -> EffectLedger:
     ctx = click.get_current_context()
     session = ctx.find_object(_Session)
     if session is None:  # pragma: no cover - main() always installs one
         msg = "agent-effect-ops commands run only under the agent-effect-ops group"
         raise RuntimeError(msg)
-    return session.open(ctx)
+    return session.open(ctx, write=write)
 
 
 def _operation(ledger: EffectLedger, operation_id: str) -> OperationRecord:
@@ -232,7 +234,7 @@ def confirm(
     evidence_reference: str,
 ) -> None:
     """Record that operation OP took effect; later calls replay the given output."""
-    ledger = _ledger()
+    ledger = _ledger(write=True)
     with refusals():
         record = ledger.confirm(
             operation_id,
@@ -250,7 +252,7 @@ def confirm(
 @audit_options
 def reject(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
     """Record that operation OP did not take effect and never will; it is never sent again."""
-    ledger = _ledger()
+    ledger = _ledger(write=True)
     with refusals():
         record = ledger.reject(
             operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
@@ -268,7 +270,7 @@ def authorize_retry(operation_id: str, actor: str, reason: str, evidence_referen
     too, the operation waits for an operator again. Authorizing vouches that
     no earlier attempt can still take effect, so it clears any overlap risk.
     """
-    ledger = _ledger()
+    ledger = _ledger(write=True)
     with refusals():
         record = ledger.authorize_retry(
             operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference

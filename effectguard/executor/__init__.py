@@ -6,8 +6,9 @@ both run (the rules, written once); :mod:`~effectguard.executor.reconcile` the
 reconcile table; :mod:`~effectguard.executor.handler` how handlers and probes
 are called under deadlines; :mod:`~effectguard.executor.late` what a late
 handler's return becomes; :mod:`~effectguard.executor.outputs` what makes an
-output storable; :mod:`~effectguard.executor.lease` and
-:mod:`~effectguard.executor.process` leases, their renewal and their owners.
+output storable; :mod:`~effectguard.executor.lease` leases and their renewal; their owners'
+identities are :mod:`effectguard.process`, in the core, because the ledger's
+operator resolution needs them too.
 """
 
 from effectguard.executor.driver import EffectExecutor, Handler

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from effectguard import process as _process
 from effectguard.errors import FencedWriteError, OperationNotFoundError
-from effectguard.executor import process as _process
 
 if TYPE_CHECKING:
     from effectguard.ledger.protocol import EffectLedger

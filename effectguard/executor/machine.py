@@ -15,9 +15,9 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from effectguard import process as _process
 from effectguard.contract import EffectContract
 from effectguard.errors import EffectRejected, FencedWriteError, OperationConflictError
-from effectguard.executor import process as _process
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap

@@ -8,7 +8,9 @@ records the OS account (by uid) and host that made it beside the claimed actor,
 in one hash-chained event committed with the change. Refused with
 :class:`~effectguard.errors.IllegalTransitionError`, writing nothing: any
 resolution of a CONFIRMED or REJECTED operation, a second retry authorization
-of a PREPARED one, and anything while a worker holds a live lease on it.
+of a PREPARED one, and anything while a worker holds a live lease on it. A
+live lease whose owner process on this host is provably gone (the check the
+executor makes, :func:`effectguard.process.process_gone`) does not hold.
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.fingerprint import canonical_json
-from effectguard.ledger.protocol import Changes, EventDraft, Expect
+from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect
 from effectguard.model import EffectStatus, EventType, OperationRecord
+from effectguard.process import process_gone
 
 __all__ = ["OperatorResolution", "authorize_retry", "confirm", "reject"]
 
@@ -104,6 +107,8 @@ def _overridden(record: OperationRecord) -> dict[str, Any]:
     found: dict[str, Any] = {"cleared_overlap": len(record.overlap)}
     if record.lease_owner is not None:
         found["previous_lease_owner"] = record.lease_owner.to_json()
+        if record.lease_live:
+            found["previous_lease_owner_gone"] = True
     return found
 
 
@@ -125,7 +130,9 @@ def _resolve(
         if record.status not in allowed:
             msg = f"cannot {action} operation {operation_id!r}: it is {record.status.value}"
             raise IllegalTransitionError(msg)
-        if record.lease_live:
+        # A dead owner's lease is as good as expired: the executor would take it over at once.
+        owner_gone = record.lease_owner is not None and process_gone(record.lease_owner)
+        if record.lease_live and not owner_gone:
             msg = (
                 f"cannot {action} operation {operation_id!r}: a worker holds a live lease on it "
                 f"until {record.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC; "
@@ -135,7 +142,9 @@ def _resolve(
         changes, event = build(record)
         expect = Expect(
             statuses=frozenset({record.status}),
-            lease_expired=True,
+            # The dead owner's token pins the row instead: nobody else took its lease meanwhile.
+            lease_token=record.lease_token if record.lease_live else UNSET,
+            lease_expired=not record.lease_live,
             event_count=record.event_count,
         )
         try:

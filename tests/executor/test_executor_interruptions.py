@@ -329,7 +329,7 @@ def test_an_unreadable_proc_entry_does_not_make_a_live_owner_gone(tmp_path):
     script = textwrap.dedent(
         """
         import resource, subprocess, sys
-        from effectguard.executor.process import _start_time, current_owner, process_gone
+        from effectguard.process import _start_time, current_owner, process_gone
         from effectguard.model import LeaseOwner
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         me = current_owner()

@@ -18,9 +18,9 @@ from effectguard import (
     LedgerUnavailableError,
     SQLiteEffectLedger,
 )
-from effectguard.executor.process import _start_time, current_owner, is_this_process, process_gone
 from effectguard.ledger.protocol import EventDraft, Lease, NewOperation
 from effectguard.model import LeaseOwner
+from effectguard.process import _start_time, current_owner, is_this_process, process_gone
 from effectguard.testkit import FakePaymentProvider
 
 

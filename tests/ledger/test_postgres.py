@@ -15,11 +15,11 @@ from _tcp_proxy import TcpProxy
 from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError
-from effectguard.executor.process import current_owner
 from effectguard.fingerprint import request_fingerprint
 from effectguard.ledger import open_ledger
 from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease, NewOperation
 from effectguard.model import EventType, LeaseOwner, OverlapHolder
+from effectguard.process import current_owner
 from effectguard.testkit import FakePaymentProvider
 
 psycopg = import_psycopg()

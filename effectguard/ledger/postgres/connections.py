@@ -7,11 +7,20 @@ boundary, into :class:`~effectguard.errors.LedgerUnavailableError` (or a
 subclass), always ``from`` the driver's error. A call whose connection broke
 raises :class:`ConnectionLost`, so the ledger can decide whether running it
 again is safe.
+
+``psycopg_pool`` logs what it does with this module's pools ("discarding
+broken connection", "error connecting") to its own logger, which, in an
+application that configured no logging, Python prints raw on stderr. Those
+records are routed to ``effectguard.ledger.postgres`` at INFO instead: the
+ledger replaces every broken connection itself, and a call that cannot get
+one raises :class:`~effectguard.errors.LedgerUnavailableError` to its caller,
+which is where an application learns of it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import weakref
@@ -32,6 +41,12 @@ T = TypeVar("T")
 #: A connection as the ledger uses it: autocommit, rows as tuples.
 Connection = psycopg.Connection[tuple[Any, ...]]
 
+_LOG = logging.getLogger("effectguard.ledger.postgres")
+#: The name of every pool this module opens; psycopg_pool names its worker threads after it.
+_POOL_NAME = "effectguard-ledger"
+# Set while this thread is inside a call to one of this module's pools.
+_IN_POOL = threading.local()
+
 # Pools inherited across fork() belong to the parent: the child keeps them
 # referenced so they are never collected, and never uses or closes them.
 _INHERITED: list[object] = []
@@ -40,6 +55,38 @@ _LIVE: weakref.WeakSet[Connections] = weakref.WeakSet()
 
 class ConnectionLost(LedgerUnavailableError):
     """The connection broke during a call; whether a write in it committed is unknown."""
+
+
+class _PoolRecords(logging.Filter):
+    """Re-logs psycopg_pool's records about this module's pools under effectguard's logger.
+
+    Records about anyone else's pools pass through untouched.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        ours = (
+            record.threadName is not None and record.threadName.startswith(_POOL_NAME)
+        ) or getattr(_IN_POOL, "active", False) or _POOL_NAME in args
+        if not ours:
+            return True
+        _LOG.info("connection pool: %s", record.getMessage())
+        return False
+
+
+_POOL_FILTER = _PoolRecords()
+logging.getLogger("psycopg.pool").addFilter(_POOL_FILTER)
+
+
+@contextlib.contextmanager
+def _pool_call() -> Iterator[None]:
+    """Mark this thread as inside a call to one of this module's pools (nesting allowed)."""
+    outer = getattr(_IN_POOL, "active", False)
+    _IN_POOL.active = True
+    try:
+        yield
+    finally:
+        _IN_POOL.active = outer
 
 
 def _first_line(exc: BaseException) -> str:
@@ -152,7 +199,7 @@ class Connections:
             raise LedgerUnavailableError(msg)
         pool = self._pool
         if pool is None:
-            with self._lock:
+            with self._lock, _pool_call():
                 if self._pool is None:
                     self._pool = ConnectionPool(
                         self._conninfo,
@@ -161,7 +208,7 @@ class Connections:
                         max_size=self.pool_size,
                         timeout=self.timeout,
                         configure=self._configure,
-                        name="effectguard-ledger",
+                        name=_POOL_NAME,
                         open=True,
                     )
                 pool = self._pool
@@ -171,7 +218,7 @@ class Connections:
         """Run ``work`` on a pooled connection; :class:`ConnectionLost` if that connection broke."""
         pool = self._pool_here()
         used: list[Connection] = []
-        with self.translate():
+        with self.translate(), _pool_call():
             try:
                 with pool.connection() as conn:
                     used.append(conn)
@@ -186,7 +233,7 @@ class Connections:
         """After a lost connection, replace every idle one that broke with it (a restart)."""
         pool = self._pool
         if pool is not None:
-            with contextlib.suppress(psycopg.Error):
+            with contextlib.suppress(psycopg.Error), _pool_call():
                 pool.check()
 
     def read(self, work: Callable[[Connection], T]) -> T:
@@ -203,7 +250,8 @@ class Connections:
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
-            pool.close()
+            with _pool_call():
+                pool.close()
 
     def _after_fork(self) -> None:
         if self._pool is not None:

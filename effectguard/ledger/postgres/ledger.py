@@ -38,8 +38,13 @@ disagree still agree on when a lease expires.
 ``pg_terminate_backend``) is replaced and the call tried once more, without
 ever applying a write twice: reads and renewals simply run again; a claim
 recognises its own row by its lease token; a transition recognises its own
-write by the chain head it would have produced. Anything else surfaces as
-:class:`~effectguard.errors.LedgerUnavailableError` (or a subclass).
+write by the event it would have appended (the hash at its sequence number),
+even when other writers appended more since. After a write whose answer was
+lost, the row is read back, on new connections, until ``timeout`` has passed,
+so a committed write returns its real outcome; only when the row cannot be
+read back does the call raise
+:class:`~effectguard.ledger.postgres.connections.ConnectionLost`. Anything
+else surfaces as :class:`~effectguard.errors.LedgerUnavailableError` (or a subclass).
 
 The driver is imported in :mod:`effectguard.ledger.postgres.connections`
 only (a pool per process, fork-safe, and the one boundary driver errors are
@@ -48,6 +53,7 @@ translated at); the SQL text and the row mapping are driver-free modules.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Self
@@ -226,6 +232,44 @@ class PostgresEffectLedger(OperatorResolution):
         self._recent.saw(operation_id, record, server_time)
         return record, at
 
+    def _read_back(
+        self, operation_id: str, now: float | None
+    ) -> tuple[OperationRecord | None, datetime]:
+        """Read the row after a write whose answer was lost, trying new connections until timeout.
+
+        A restarting server or a failover breaks more than one connection, so
+        one more try is not enough to learn what the lost write did.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            self._db.recover()
+            try:
+                return self._fetch(operation_id, now)
+            except ConnectionLost as again:
+                if time.monotonic() >= deadline:
+                    msg = (
+                        f"lost the connection to {self._where} while writing operation "
+                        f"{operation_id!r}, and could not read it back within {self.timeout:g}s "
+                        "to learn whether the write committed; the operation stays as the "
+                        "ledger has it, and a later call reads it and reconciles"
+                    )
+                    raise ConnectionLost(msg) from again
+            time.sleep(min(0.05, self.timeout / 20))
+
+    def _wrote(
+        self, operation_id: str, current: OperationRecord, heads: Sequence[tuple[int, bytes]]
+    ) -> bool:
+        """True when one of the writes that produced ``heads`` (count, head) is in the chain."""
+        if any((current.event_count, current.event_head) == head for head in heads):
+            return True
+        if not any(current.event_count > count for count, _ in heads):
+            return False
+        # Others appended after it: the event at its sequence number still carries its hash.
+        chain = self.events(operation_id)
+        return any(
+            0 < count <= len(chain) and chain[count - 1].hash == head for count, head in heads
+        )
+
     def _start(
         self, operation_id: str, expect: Expect, now: float | None
     ) -> tuple[OperationRecord | None, datetime]:
@@ -264,16 +308,14 @@ class PostgresEffectLedger(OperatorResolution):
             try:
                 row = self._db.run(work)
             except ConnectionLost:
-                if lost:
-                    raise
                 lost = True
-                self._db.recover()
+                existing, _ = self._read_back(operation.operation_id, now)
             else:
                 if row is not None:
                     record = rows.record(row, moment)
                     self._recent.wrote(record)
                     return record, True
-            existing, _ = self._fetch(operation.operation_id, now)
+                existing, _ = self._fetch(operation.operation_id, now)
             if existing is not None:
                 # After a lost connection, only this claim's own token proves it committed.
                 return existing, lost and existing.lease_token == lease.token
@@ -302,12 +344,13 @@ class PostgresEffectLedger(OperatorResolution):
                 "(o.lease_token IS NULL OR o.lease_expires_at IS NULL"
                 " OR o.lease_expires_at <= %(at)s)"
             )
-        lost: tuple[int, bytes] | None = None
+        # (count, head) of every attempt whose answer was lost: any of them may have committed.
+        lost: list[tuple[int, bytes]] = []
         current, moment = self._start(operation_id, expect, now)
         for _ in range(_WRITE_ROUNDS):
             if current is None:
                 raise OperationNotFoundError(operation_id)
-            if lost is not None and (current.event_count, current.event_head) == lost:
+            if lost and self._wrote(operation_id, current, lost):
                 return current  # the write whose acknowledgement was lost did commit
             problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
             if problem is not None:
@@ -333,15 +376,15 @@ class PostgresEffectLedger(OperatorResolution):
                 row = self._db.run(work)
             except ConnectionLost:
                 # Without events there is no chain head to recognise the write by.
-                if lost is not None or not events:
+                if not events:
                     raise
-                lost = (params["new_count"], params["new_head"])
-                self._db.recover()
-            else:
-                if row is not None:
-                    record = rows.record(row, moment)
-                    self._recent.wrote(record)
-                    return record
+                lost.append((params["new_count"], params["new_head"]))
+                current, moment = self._read_back(operation_id, now)
+                continue
+            if row is not None:
+                record = rows.record(row, moment)
+                self._recent.wrote(record)
+                return record
             current, moment = self._fetch(operation_id, now)
         msg = f"could not write operation {operation_id!r}: it keeps changing"
         raise LedgerLockedError(msg)

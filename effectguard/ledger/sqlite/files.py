@@ -1,4 +1,11 @@
-"""The SQLite files effectguard creates: private from the first byte, in WAL mode."""
+"""The SQLite files effectguard creates: private from the first byte, in WAL mode.
+
+And the identity of a ledger file: a process that has a ledger open keeps
+writing into the file it opened even after that file is deleted or replaced,
+where no other process will ever look, while another process creates a fresh
+ledger at the same path and dispatches the same operations again. So every
+write first checks that the path still names the file this ledger opened.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,85 @@ import sqlite3
 import time
 from pathlib import Path
 
-__all__ = ["create_private_file", "enable_wal"]
+from effectguard.errors import LedgerUnavailableError
+
+__all__ = [
+    "FileIdentity",
+    "create_private_file",
+    "enable_wal",
+    "file_identity",
+    "file_version",
+    "orphaned_journal",
+    "read_only_uri",
+    "replaced_error",
+    "unchanged",
+]
+
+#: (device, inode): which file a path names, independent of its name.
+FileIdentity = tuple[int, int]
+
+
+def file_identity(path: Path) -> FileIdentity | None:
+    """Return the (device, inode) of the file ``path`` names now, or None when it names none."""
+    try:
+        found = path.stat()
+    except FileNotFoundError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def orphaned_journal(path: Path) -> Path | None:
+    """Return ``path``'s -wal or -shm file when it exists without ``path`` itself, else None.
+
+    That is what deleting only the database file leaves behind: a ledger created
+    beside it would be a new, empty ledger next to another ledger's journal.
+    """
+    if path.exists():
+        return None
+    for suffix in ("-wal", "-shm"):
+        journal = Path(f"{path}{suffix}")
+        if journal.exists():
+            return journal
+    return None
+
+
+def read_only_uri(path: Path, *, immutable: bool) -> str:
+    """Return the SQLite URI that opens ``path`` for reading only (``immutable``: without locks).
+
+    ``immutable=1`` is for a WAL ledger in a directory this process cannot
+    write: SQLite cannot create the -shm file it needs to coordinate with
+    writers, so it must read the file as it is, and :func:`unchanged` checks
+    afterwards that no writer changed it meanwhile.
+    """
+    uri = f"{path.absolute().as_uri()}?mode=ro"
+    return f"{uri}&immutable=1" if immutable else uri
+
+
+def file_version(path: Path) -> tuple[int, int, bool]:
+    """Return what changes when anyone writes the ledger: mtime, size, and whether a -wal exists."""
+    found = path.stat()
+    return found.st_mtime_ns, found.st_size, Path(f"{path}-wal").exists()
+
+
+def unchanged(path: Path, version: tuple[int, int, bool]) -> bool:
+    """True when :func:`file_version` of ``path`` is still ``version``."""
+    try:
+        return file_version(path) == version
+    except FileNotFoundError:
+        return False
+
+
+def replaced_error(path: Path, operation_id: str | None, *, found: str) -> LedgerUnavailableError:
+    """The error for a write refused because ``path`` no longer names the opened ledger file."""
+    operation = "" if operation_id is None else f" (operation {operation_id!r} was not written)"
+    msg = (
+        f"the ledger file at {path} was removed or replaced ({found}) while this process had it "
+        f"open{operation}; nothing is written to it or dispatched from it, because another "
+        "process would not see those records and could dispatch the same operations again. "
+        "Restore the ledger file (and its -wal file) from where it went, or, if the new file "
+        "is the ledger you mean, close this ledger and open the path again"
+    )
+    return LedgerUnavailableError(msg)
 
 
 def create_private_file(path: Path) -> None:

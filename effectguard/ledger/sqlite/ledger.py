@@ -39,7 +39,17 @@ from effectguard.ledger.protocol import (
 )
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.ledger.sqlite import rows
-from effectguard.ledger.sqlite.files import create_private_file, enable_wal
+from effectguard.ledger.sqlite.files import (
+    FileIdentity,
+    create_private_file,
+    enable_wal,
+    file_identity,
+    file_version,
+    orphaned_journal,
+    read_only_uri,
+    replaced_error,
+    unchanged,
+)
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -130,6 +140,8 @@ class _Connection(sqlite3.Connection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.in_use = threading.Lock()
+        # Set on a read-only connection that reads without locks (see files.read_only_uri).
+        self.unlocked_at: tuple[int, int, bool] | None = None
 
 
 class SQLiteEffectLedger(OperatorResolution):
@@ -142,6 +154,11 @@ class SQLiteEffectLedger(OperatorResolution):
     that is not a ledger, is refused with :class:`LedgerSchemaError` and left as it was.
     ``synchronous="NORMAL"`` is faster but survives only a process crash, not a
     power loss: a claim lost after a real dispatch is a silent duplicate.
+    ``read_only=True`` opens the file with SQLite's ``mode=ro`` (implies
+    ``create=False``): reads work on a file or directory this process may not
+    write, and every write is refused with :class:`LedgerUnavailableError`.
+    Every write checks that the path still names the file this ledger first
+    opened, and is refused, before anything is dispatched, once it does not.
     """
 
     def __init__(
@@ -152,6 +169,7 @@ class SQLiteEffectLedger(OperatorResolution):
         busy_timeout: float = 10.0,
         create: bool = True,
         clock: Callable[[], float] | None = None,
+        read_only: bool = False,
     ) -> None:
         mode = synchronous.upper()
         if mode not in _SYNCHRONOUS:
@@ -171,10 +189,13 @@ class SQLiteEffectLedger(OperatorResolution):
         self._lock = threading.Lock()
         self._closed = False
         self._ready = False
-        self._create = create
+        self.read_only = read_only
+        self._create = create and not read_only
+        # The file this ledger opened first; every later connection and write must find it.
+        self._identity: FileIdentity | None = None
         if self.path.exists():
             self._open(write=False)
-        elif not create:
+        elif not self._create:
             msg = f"no ledger at {self.path} (reads never create one)"
             raise LedgerNotFoundError(msg)
 
@@ -208,33 +229,90 @@ class SQLiteEffectLedger(OperatorResolution):
         )
 
     def _create_file(self) -> None:
+        if self._identity is not None:
+            # This process knew a ledger here: a new empty one would forget its records.
+            raise replaced_error(self.path, None, found="it is gone")
+        journal = orphaned_journal(self.path)
+        if journal is not None:
+            msg = (
+                f"cannot create ledger {self.path}: {journal.name} exists without it, so the "
+                "ledger file was deleted and a new ledger here would dispatch again what it "
+                f"recorded; restore {self.path.name}, or delete its -wal and -shm files to "
+                "start a new, empty ledger on purpose"
+            )
+            raise LedgerUnavailableError(msg)
         try:
             create_private_file(self.path)
         except OSError as exc:
             msg = f"cannot create ledger {self.path}: {exc.strerror}"
             raise LedgerUnavailableError(msg) from exc
 
-    def _connect(self) -> _Connection:
+    def _sqlite_connect(self, target: str | Path) -> _Connection:
         with self._translate():
-            conn = sqlite3.connect(
-                self.path,
+            return sqlite3.connect(
+                target,
                 timeout=self.busy_timeout,
                 isolation_level=None,
                 check_same_thread=False,
                 factory=_Connection,
+                uri=isinstance(target, str),
             )
+
+    def _connect_read_only(self) -> _Connection:
+        conn = self._sqlite_connect(read_only_uri(self.path, immutable=False))
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error as exc:
+            conn.close()
+            # A WAL file in a directory this process cannot write: SQLite cannot create the
+            # -shm it shares with writers. With no -wal, the file alone holds every commit.
+            version = file_version(self.path)
+            if not isinstance(exc, sqlite3.OperationalError) or version[2]:
+                raise self._translated(exc) from exc
+        else:
+            return conn
+        conn = self._sqlite_connect(read_only_uri(self.path, immutable=True))
+        conn.unlocked_at = version
+        return conn
+
+    def _connect(self) -> _Connection:
+        before = file_identity(self.path)
+        conn = self._connect_read_only() if self.read_only else self._sqlite_connect(self.path)
         try:
             with self._translate():
                 conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
                 if not self._ready:
                     self._prepare(conn)
+                elif conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                    raise replaced_error(  # noqa: TRY301 - closed by the handler below
+                        self.path, None, found="it is no longer a ledger"
+                    )
                 conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            self._pin(before)
         except BaseException:
             conn.close()
             raise
         with self._lock:
             self._connections.add(conn)
         return conn
+
+    def _pin(self, before: FileIdentity | None) -> None:
+        """Check a new connection opened the file this ledger first opened (the first pins it)."""
+        after = file_identity(self.path)
+        if before is None or after != before:
+            raise replaced_error(self.path, None, found="it changed while being opened")
+        with self._lock:
+            if self._identity is None:
+                self._identity = after
+        if after != self._identity:
+            raise replaced_error(self.path, None, found="it now names another file")
+
+    def _check_file(self, operation_id: str | None) -> None:
+        """Refuse a write when the path no longer names the file this ledger opened."""
+        found = file_identity(self.path)
+        if found != self._identity:
+            state = "it is gone" if found is None else "it now names another file"
+            raise replaced_error(self.path, operation_id, found=state)
 
     def _prepare(self, conn: _Connection) -> None:
         """Check the file is a ledger this library can use, then migrate it forward."""
@@ -259,6 +337,15 @@ class SQLiteEffectLedger(OperatorResolution):
                 f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
             )
             raise LedgerSchemaError(msg)
+        if self.read_only:
+            if version != SCHEMA_VERSION:
+                msg = (
+                    f"ledger {self.path} has schema version {version} and needs migrating to "
+                    f"{SCHEMA_VERSION}, which a read-only open cannot do; open it writable once"
+                )
+                raise LedgerSchemaError(msg)
+            self._ready = True
+            return
         enable_wal(conn, self.busy_timeout)
         if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
             self._ready = True
@@ -305,16 +392,29 @@ class SQLiteEffectLedger(OperatorResolution):
         conn = self._open(write=False)
         try:
             with conn.in_use:
-                return work(conn)
+                result = work(conn)
         except sqlite3.Error as exc:
             raise self._translated(exc) from exc
+        if conn.unlocked_at is not None and not unchanged(self.path, conn.unlocked_at):
+            msg = (
+                f"ledger {self.path} was written while this read-only process read it without "
+                "locks (it cannot create the -shm file in that directory); run the read again"
+            )
+            raise LedgerUnavailableError(msg)
+        return result
 
-    def _write(self, work: Callable[[_Connection], T]) -> T:
+    def _write(self, work: Callable[[_Connection], T], operation_id: str | None = None) -> T:
+        if self.read_only:
+            what = "" if operation_id is None else f" operation {operation_id!r} was not written:"
+            msg = f"{what} ledger {self.path} was opened read-only; open it writable to change it"
+            raise LedgerUnavailableError(msg.strip())
         conn = self._open(write=True)
         try:
             with conn.in_use:
                 conn.execute("BEGIN IMMEDIATE")
                 try:
+                    # Under the write lock, so a file replaced while this waited is seen too.
+                    self._check_file(operation_id)
                     result = work(conn)
                     conn.execute("COMMIT")
                 except BaseException:
@@ -353,7 +453,7 @@ class SQLiteEffectLedger(OperatorResolution):
             conn.executemany(_INSERT_EVENT, events_rows)
             return rows.record(values, now_us), True
 
-        return self._write(work)
+        return self._write(work, operation.operation_id)
 
     def transition(
         self,
@@ -382,7 +482,7 @@ class SQLiteEffectLedger(OperatorResolution):
             conn.execute(_UPDATE_OPERATION, (*updated[1:], operation_id))
             return rows.record(updated, now_us)
 
-        return self._write(work)
+        return self._write(work, operation_id)
 
     def renew(
         self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None
@@ -400,7 +500,7 @@ class SQLiteEffectLedger(OperatorResolution):
                 msg = f"lease on operation {operation_id!r} is no longer held by this writer"
                 raise FencedWriteError(msg)
 
-        self._write(work)
+        self._write(work, operation_id)
 
     def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
         """See :meth:`EffectLedger.get`."""

@@ -3,6 +3,11 @@
 "Provably" is the point: a lease owner on another host, or in a process table
 this process cannot see, is never presumed dead; only its lease expiry or its
 own record clears it.
+
+A core module (it uses only the model) because two parts need the same
+answer: the executor, which takes over a lease whose owner is gone, and the
+ledger's operator resolution, which must not make an operator wait for the
+expiry of a lease the executor would already take over.
 """
 
 from __future__ import annotations
