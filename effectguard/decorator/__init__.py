@@ -1,6 +1,6 @@
 """``@effect`` and what it builds: the tool proxy, signature binding and identity templates.
 
-:mod:`~effectguard.decorator.effect` is the decorator users apply;
+:mod:`~effectguard.decorator.decorate` is the decorator users apply;
 :mod:`~effectguard.decorator.tool` runs each call of a decorated tool through
 an executor; :mod:`~effectguard.decorator.binding` turns a call into
 arguments and :mod:`~effectguard.decorator.templates` turns arguments into
@@ -8,7 +8,7 @@ operation ids and provider keys. This layer uses the executor; the executor
 never imports it.
 """
 
-from effectguard.decorator.effect import (
+from effectguard.decorator.decorate import (
     INJECTED,
     AsyncEffectFunction,
     EffectDecorator,

@@ -27,8 +27,10 @@ from effectguard.cli.ops import main
 # user cannot read), then drops to the uid in argv[1] when this process is root.
 AS_USER = """
 import os, sys
+import gettext, json, locale, sqlite3, unicodedata
 import effectguard.cli.ops as ops
-import effectguard.ledger.sqlite
+import effectguard.cli._ops_click, effectguard.cli._ops_views
+import effectguard.ledger.sqlite, effectguard.model
 uid = int(sys.argv[1])
 if os.geteuid() == 0 and uid != 0:
     os.setgroups([])
