@@ -31,6 +31,7 @@ from effectguard.errors import (
     EffectRejected,
     FencedWriteError,
     IllegalTransitionError,
+    InternalError,
     InvalidRequestError,
     LedgerError,
     LedgerLockedError,
@@ -40,7 +41,7 @@ from effectguard.errors import (
     OperationConflictError,
     OperationNotFoundError,
 )
-from effectguard.executor import EffectExecutor
+from effectguard.executor import EffectExecutor, Observer, Transition, observing
 from effectguard.ledger.protocol import EffectLedger
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.model import (
@@ -78,12 +79,14 @@ __all__ = [
     "EventType",
     "FencedWriteError",
     "IllegalTransitionError",
+    "InternalError",
     "InvalidRequestError",
     "LedgerError",
     "LedgerLockedError",
     "LedgerNotFoundError",
     "LedgerSchemaError",
     "LedgerUnavailableError",
+    "Observer",
     "OperationConflictError",
     "OperationNotFoundError",
     "OperationRecord",
@@ -92,6 +95,7 @@ __all__ = [
     "ProbeStatus",
     "PydanticCodec",
     "SQLiteEffectLedger",
+    "Transition",
     "UnknownOutcomePolicy",
     "VerifyProblem",
     "VerifyReport",
@@ -100,6 +104,7 @@ __all__ = [
     "get_contract",
     "is_effect",
     "observe_effects",
+    "observing",
     "use_executor",
 ]
 

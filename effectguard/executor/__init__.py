@@ -7,9 +7,12 @@ reconcile table; :mod:`~effectguard.executor.handler` how handlers and probes
 are called under deadlines; :mod:`~effectguard.executor.late` what a late
 handler's return becomes; :mod:`~effectguard.executor.outputs` what makes an
 output storable; :mod:`~effectguard.executor.lease` and
-:mod:`~effectguard.executor.process` leases, their renewal and their owners.
+:mod:`~effectguard.executor.process` leases, their renewal and their owners;
+:mod:`~effectguard.executor.observe` the observer hook every transition is
+reported to, and :mod:`~effectguard.executor.logs` the log lines written on it.
 """
 
 from effectguard.executor.driver import EffectExecutor, Handler
+from effectguard.executor.observe import Observer, Transition, observing
 
-__all__ = ["EffectExecutor", "Handler"]
+__all__ = ["EffectExecutor", "Handler", "Observer", "Transition", "observing"]
