@@ -56,6 +56,9 @@ _EXPORTS: dict[str, str] = {
     "use_executor": "effectguard.decorator",
     # The executor and its process-wide configuration.
     "EffectExecutor": "effectguard.executor",
+    "Observer": "effectguard.executor",
+    "Transition": "effectguard.executor",
+    "observing": "effectguard.executor",
     "Configuration": "effectguard.config",
     "configure": "effectguard.config",
     "observe_effects": "effectguard.config",
@@ -90,6 +93,7 @@ _EXPORTS: dict[str, str] = {
     "EffectRejected": "effectguard.errors",
     "FencedWriteError": "effectguard.errors",
     "IllegalTransitionError": "effectguard.errors",
+    "InternalError": "effectguard.errors",
     "InvalidRequestError": "effectguard.errors",
     "LedgerError": "effectguard.errors",
     "LedgerLockedError": "effectguard.errors",
@@ -129,6 +133,7 @@ if TYPE_CHECKING:
     from effectguard.errors import EffectRejected as EffectRejected
     from effectguard.errors import FencedWriteError as FencedWriteError
     from effectguard.errors import IllegalTransitionError as IllegalTransitionError
+    from effectguard.errors import InternalError as InternalError
     from effectguard.errors import InvalidRequestError as InvalidRequestError
     from effectguard.errors import LedgerError as LedgerError
     from effectguard.errors import LedgerLockedError as LedgerLockedError
@@ -138,6 +143,9 @@ if TYPE_CHECKING:
     from effectguard.errors import OperationConflictError as OperationConflictError
     from effectguard.errors import OperationNotFoundError as OperationNotFoundError
     from effectguard.executor import EffectExecutor as EffectExecutor
+    from effectguard.executor import Observer as Observer
+    from effectguard.executor import Transition as Transition
+    from effectguard.executor import observing as observing
     from effectguard.ledger import EffectLedger as EffectLedger
     from effectguard.ledger import open_ledger as open_ledger
     from effectguard.ledger.postgres import PostgresEffectLedger as PostgresEffectLedger

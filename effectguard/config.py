@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Self
 
-from effectguard.errors import ConfigurationError
+from effectguard.errors import ConfigurationError, InternalError
 from effectguard.executor import EffectExecutor
+from effectguard.executor.observe import Transition, observing
 from effectguard.ledger import EffectLedger, open_ledger
 from effectguard.model import EffectResult
 
@@ -27,7 +28,6 @@ __all__ = [
     "configure",
     "default_executor",
     "observe_effects",
-    "report_effect",
     "resolve_executor",
     "use_executor",
 ]
@@ -37,9 +37,6 @@ _default: EffectExecutor | None = None
 _stack: list[Configuration] = []
 _lent: contextvars.ContextVar[EffectExecutor | None] = contextvars.ContextVar(
     "effectguard_lent_executor", default=None
-)
-_observer: contextvars.ContextVar[Callable[[EffectResult[Any]], None] | None] = (
-    contextvars.ContextVar("effectguard_effect_observer", default=None)
 )
 
 
@@ -63,24 +60,20 @@ def use_executor(executor: EffectExecutor) -> Iterator[EffectExecutor]:
 
 @contextlib.contextmanager
 def observe_effects(observer: Callable[[EffectResult[Any]], None]) -> Iterator[None]:
-    """Report every decorated tool's result in this context to ``observer``.
+    """Report the result of every effect called in this context to ``observer``, once each.
 
     Whichever executor ran it (a tool's own ``executor=``, a lent one, the
-    default), so an agent runtime learns of every effect a tool caused, even
-    one the tool's own code caught and swallowed.
+    default), fresh or replayed, so that code around a tool learns of every
+    effect it caused, even one the tool's own code caught and swallowed.
+    Built on :func:`effectguard.observing`, which also reports each transition.
     """
-    token = _observer.set(observer)
-    try:
+
+    def results_only(transition: Transition) -> None:
+        if transition.result is not None:
+            observer(transition.result)
+
+    with observing(results_only):
         yield
-    finally:
-        _observer.reset(token)
-
-
-def report_effect(result: EffectResult[Any]) -> None:
-    """Hand ``result`` to the observer of this context, if there is one."""
-    observer = _observer.get()
-    if observer is not None:
-        observer(result)
 
 
 class Configuration:
@@ -154,7 +147,9 @@ def configure(
             msg = "configure(clock=...) applies to the executor made for ledger=; give it to yours"
             raise ConfigurationError(msg)
     else:
-        assert ledger is not None  # noqa: S101 - exactly one of the two is set
+        if ledger is None:
+            msg = "configure() got neither ledger= nor executor= past its check"
+            raise InternalError(msg)
         owns_ledger = not isinstance(ledger, EffectLedger)
         executor = EffectExecutor(open_ledger(ledger), clock=clock)
     configuration = Configuration(executor, owns_ledger=owns_ledger)

@@ -3,6 +3,7 @@
 ::
 
     EffectGuardError
+    ├── InternalError                            an invariant of effectguard broke: a bug in it
     ├── ConfigurationError (ValueError)          a contract, template or setting is invalid
     ├── InvalidRequestError (ValueError)         a request is malformed (missing audit field…)
     ├── OperationConflictError                   same operation id, different request
@@ -39,6 +40,7 @@ call to re-issue. The runtime's exceptions are exported from
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +60,7 @@ __all__ = [
     "EffectRejected",
     "FencedWriteError",
     "IllegalTransitionError",
+    "InternalError",
     "InvalidRequestError",
     "LedgerError",
     "LedgerLockedError",
@@ -75,6 +78,21 @@ __all__ = [
 
 class EffectGuardError(Exception):
     """Root of every exception effectguard raises."""
+
+
+class InternalError(EffectGuardError):
+    """An invariant of effectguard itself does not hold: a bug in effectguard, not in your code.
+
+    Raised where an ``assert`` would otherwise guard the invariant, since asserts
+    vanish under ``python -O``. ``what`` says which invariant broke.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(
+            f"{what}: this is a bug in effectguard, please report it with this message "
+            "and the traceback"
+        )
 
 
 class ConfigurationError(EffectGuardError, ValueError):
@@ -138,19 +156,52 @@ class EffectNotConfirmed(EffectGuardError):
     def __init__(self, result: EffectResult[Any]) -> None:
         self.result = result
         reason = f": {result.reason}" if result.reason else ""
-        super().__init__(f"operation {result.operation_id!r} is {result.status.value}{reason}")
+        message = f"operation {result.operation_id!r} is {result.status.value}{reason}"
+        super().__init__(f"{message}. {self.next_step(shlex.quote(result.operation_id))}")
+
+    @staticmethod
+    def next_step(operation: str) -> str:
+        """What to do about it, for operation id ``operation`` (quoted for a shell)."""
+        return (
+            f"Call again later to reconcile it; `agent-effect-ops --db LEDGER show {operation}` "
+            "shows what is known"
+        )
 
 
 class EffectOutcomeUnknown(EffectNotConfirmed):
     """The effect may or may not have happened; a later call reconciles it."""
 
+    @staticmethod
+    def next_step(operation: str) -> str:
+        """See :meth:`EffectNotConfirmed.next_step`."""
+        return (
+            "Nothing is resent blindly: call again later and it is reconciled with the "
+            f"provider's evidence; `agent-effect-ops --db LEDGER show {operation}` shows "
+            "what is known"
+        )
+
 
 class EffectQuarantined(EffectNotConfirmed):
     """The outcome cannot be settled automatically; an operator must resolve it."""
 
+    @staticmethod
+    def next_step(operation: str) -> str:
+        """See :meth:`EffectNotConfirmed.next_step`."""
+        return (
+            "An operator must resolve it: `agent-effect-ops --db LEDGER show "
+            f"{operation}` shows the evidence; check the provider's records, then run "
+            f"`agent-effect-ops --db LEDGER confirm {operation} ...` if it took effect "
+            f"or `agent-effect-ops --db LEDGER authorize-retry {operation} ...` if it did not"
+        )
+
 
 class EffectInProgress(EffectNotConfirmed):
     """Another worker holds a live lease on the operation and may be dispatching it."""
+
+    @staticmethod
+    def next_step(operation: str) -> str:  # noqa: ARG004 - same signature as the others
+        """See :meth:`EffectNotConfirmed.next_step`."""
+        return "Another worker is handling it: call again later to receive its outcome"
 
 
 class LedgerError(EffectGuardError):

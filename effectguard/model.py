@@ -140,6 +140,9 @@ class EffectResult(Generic[T]):
 
     ``output`` is set only when ``status`` is CONFIRMED. ``replayed`` is True
     when the result came from the ledger without a dispatch in this call.
+    ``handler_error`` is the exception the handler raised in this call's last
+    attempt, if it raised: kept in memory only (never stored, None on a
+    replay), so that an :class:`~effectguard.EffectNotConfirmed` can chain it.
     """
 
     status: EffectStatus
@@ -150,6 +153,7 @@ class EffectResult(Generic[T]):
     replayed: bool = False
     evidence: Mapping[str, Any] = field(default_factory=dict)
     reason: str | None = None
+    handler_error: BaseException | None = field(default=None, compare=False, repr=False)
 
     @property
     def confirmed(self) -> bool:

@@ -13,6 +13,7 @@ import psycopg
 
 from effectguard.bench._config import BenchError
 from effectguard.bench._histories import History
+from effectguard.errors import InternalError
 from effectguard.ledger.postgres import PostgresEffectLedger, rows
 from effectguard.ledger.postgres.connections import describe
 from effectguard.ledger.postgres.sql import OPERATION_COLUMNS
@@ -70,7 +71,9 @@ class PostgresRaw:
     def read(self, operation_id: str) -> Any:
         """See :meth:`RawStore.read`."""
         row = self._conn.execute(self._select, (operation_id,)).fetchone()
-        assert row is not None  # noqa: S101 - the bench reads only what it wrote
+        if row is None:
+            msg = f"the bench lost the row {operation_id!r} it wrote"
+            raise InternalError(msg)
         return json.loads(row[1])
 
     def close(self) -> None:
@@ -152,7 +155,9 @@ class PostgresSite:
             "SELECT pg_total_relation_size(%s::regclass) + pg_total_relation_size(%s::regclass)",
             (f'"{schema}".operations', f'"{schema}".events'),
         ).fetchone()
-        assert row is not None  # noqa: S101 - a SELECT without FROM returns one row
+        if row is None:
+            msg = "a SELECT without FROM returned no row"
+            raise InternalError(msg)
         return int(row[0])
 
     def environment(self) -> dict[str, Any]:

@@ -15,13 +15,14 @@ from datetime import timedelta
 from typing import Any
 
 from effectguard.codec import codec_for
-from effectguard.config import report_effect, resolve_executor
+from effectguard.config import resolve_executor
 from effectguard.contract import Arguments, EffectContract, OutputCodec, UnknownOutcomePolicy
 from effectguard.decorator.binding import KEY_PARAMETER, ProbeShape, ToolShape, unwrap_descriptor
 from effectguard.decorator.templates import compile_identity
 from effectguard.errors import (
     ConfigurationError,
     EffectInProgress,
+    EffectNotConfirmed,
     EffectOutcomeUnknown,
     EffectQuarantined,
     EffectRejected,
@@ -29,7 +30,7 @@ from effectguard.errors import (
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectResult, EffectStatus
 
-__all__ = ["AS_RESULT", "Options", "Tool", "settle"]
+__all__ = ["AS_RESULT", "Options", "Tool", "outcome_of"]
 
 #: The keyword by which ``execute()`` asks, through wrapt's own binding, for the result.
 AS_RESULT = "__effectguard_as_result__"
@@ -259,8 +260,7 @@ class Tool:
         if self.is_async:
             return _run_async(executor, contract, arguments, handler, as_result=as_result)
         result = executor.execute(contract, arguments, handler)
-        report_effect(result)
-        return result if as_result else settle(result)
+        return result if as_result else outcome_of(result)
 
 
 async def _run_async(
@@ -272,20 +272,30 @@ async def _run_async(
     as_result: bool,
 ) -> Any:
     result = await executor.execute_async(contract, arguments, handler)
-    report_effect(result)
-    return result if as_result else settle(result)
+    return result if as_result else outcome_of(result)
 
 
-def settle(result: EffectResult[Any]) -> Any:
-    """Return a CONFIRMED result's output; raise the exception that says why there is none."""
+def outcome_of(result: EffectResult[Any]) -> Any:
+    """Return a CONFIRMED result's output; raise the exception that says why there is none.
+
+    When the handler raised in this call, the exception raised here chains it
+    (``raise … from``), so the traceback shows the handler's own failure.
+    """
     status = result.status
     if status is EffectStatus.CONFIRMED:
         return result.output
     if status is EffectStatus.REJECTED:
         reason = result.reason or f"operation {result.operation_id!r} was rejected"
         raise EffectRejected(reason, evidence=result.evidence, result=result)
+    error: EffectNotConfirmed
     if status is EffectStatus.QUARANTINED:
-        raise EffectQuarantined(result)
-    if status in (EffectStatus.DISPATCHED, EffectStatus.RECONCILING):
-        raise EffectInProgress(result)
-    raise EffectOutcomeUnknown(result)
+        error = EffectQuarantined(result)
+    elif status in (EffectStatus.DISPATCHED, EffectStatus.RECONCILING):
+        error = EffectInProgress(result)
+    else:
+        error = EffectOutcomeUnknown(result)
+    raise error from result.handler_error
+
+
+#: The former name of :func:`outcome_of`, kept so that code importing it keeps working.
+settle = outcome_of

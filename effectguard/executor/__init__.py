@@ -6,11 +6,14 @@ both run (the rules, written once); :mod:`~effectguard.executor.reconcile` the
 reconcile table; :mod:`~effectguard.executor.handler` how handlers and probes
 are called under deadlines; :mod:`~effectguard.executor.late` what a late
 handler's return becomes; :mod:`~effectguard.executor.outputs` what makes an
-output storable; :mod:`~effectguard.executor.lease` leases and their renewal; their owners'
+output storable; :mod:`~effectguard.executor.lease` leases and their renewal (their owners'
 identities are :mod:`effectguard.process`, in the core, because the ledger's
-operator resolution needs them too.
+operator resolution needs them too); :mod:`~effectguard.executor.observe` the
+observer hook every transition is reported to, and
+:mod:`~effectguard.executor.logs` the log lines written on it.
 """
 
 from effectguard.executor.driver import EffectExecutor, Handler
+from effectguard.executor.observe import Observer, Transition, observing
 
-__all__ = ["EffectExecutor", "Handler"]
+__all__ = ["EffectExecutor", "Handler", "Observer", "Transition", "observing"]

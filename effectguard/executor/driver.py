@@ -13,13 +13,15 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from effectguard.contract import EffectContract
+from effectguard.errors import InternalError
 from effectguard.executor import handler as _handler
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.lease import TOKENS
+from effectguard.executor.logs import log_transition
 from effectguard.executor.machine import (
     Call,
     HandlerStep,
@@ -28,6 +30,8 @@ from effectguard.executor.machine import (
     StateMachine,
     Step,
 )
+from effectguard.executor.observe import Observer, context_observers
+from effectguard.executor.redaction import secrets_of
 from effectguard.fingerprint import request_fingerprint
 from effectguard.ledger.protocol import EffectLedger
 from effectguard.model import EffectResult, OutcomeProbeResult
@@ -49,7 +53,10 @@ class EffectExecutor:
     unknown) for later evidence or an operator.
 
     ``clock`` (epoch seconds) replaces the ledger's clock for leases and the
-    executor's for key retention, so tests need not sleep.
+    executor's for key retention, so tests need not sleep. ``observers`` are
+    told of every transition and every result of the calls this executor
+    runs (see :mod:`effectguard.executor.observe`), after the executor's own
+    log lines and before the observers of the call's context.
     """
 
     def __init__(
@@ -58,9 +65,24 @@ class EffectExecutor:
         *,
         clock: Callable[[], float] | None = None,
         poll_interval: float = 0.05,
+        observers: Iterable[Observer] = (),
     ) -> None:
         self.ledger = ledger
         self._states = StateMachine(ledger, clock, poll_interval)
+        self._observers: tuple[Observer, ...] = ()
+        for observer in observers:
+            self.add_observer(observer)
+
+    def add_observer(self, observer: Observer) -> None:
+        """Tell ``observer`` of every transition and result of the calls that start from now on."""
+        if not callable(observer):
+            msg = f"an observer must be callable, not {type(observer).__name__}"
+            raise TypeError(msg)
+        self._observers = (*self._observers, observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        """Stop telling ``observer`` about calls that start from now on (unknown ones: no-op)."""
+        self._observers = tuple(known for known in self._observers if known != observer)
 
     @property
     def poll_interval(self) -> float:
@@ -218,7 +240,9 @@ class EffectExecutor:
 
     def _call_probe(self, call: Call) -> OutcomeProbeResult:
         probe = call.contract.outcome_probe
-        assert probe is not None  # noqa: S101 - the machine yields a probe step only when there is one
+        if probe is None:
+            msg = f"a probe step for {call.operation_id!r}, whose contract has no probe"
+            raise InternalError(msg)
 
         def invoke() -> Any:
             value = probe(call.arguments, idempotency_key=call.provider_key)
@@ -266,7 +290,19 @@ class EffectExecutor:
         fingerprint = request_fingerprint(
             contract.name, contract.version, arguments, key, contract.redact
         )
-        return Call(contract, arguments, handler, operation_id, key, fingerprint, wait_seconds)
+        # Taken now: a late handler reports, from its own thread, to the observers of its call.
+        observers = (log_transition, *self._observers, *context_observers())
+        return Call(
+            contract,
+            arguments,
+            handler,
+            operation_id,
+            key,
+            fingerprint,
+            wait_seconds,
+            secrets_of(arguments, contract.redact),
+            observers,
+        )
 
 
 async def _await(value: Any) -> Any:

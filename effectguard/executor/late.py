@@ -10,12 +10,14 @@ from effectguard.contract import EffectContract
 from effectguard.errors import FencedWriteError
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.outputs import Stored, store
+from effectguard.executor.redaction import scrub
 from effectguard.ledger.protocol import Changes, EffectLedger, EventDraft, Expect
-from effectguard.model import EffectStatus, EventType
+from effectguard.ledger.transitions import to_confirmed
+from effectguard.model import EffectStatus, EventType, OperationRecord
 
 __all__ = ["record_late"]
 
-logger = logging.getLogger("effectguard")
+logger = logging.getLogger("effectguard.executor")
 
 #: Re-reads after losing a race with another writer; each loss means the row moved on,
 #: so a handful suffices unless the operation is extremely busy (then: log and give up).
@@ -30,42 +32,52 @@ def record_late(
     token: str,
     attempt: int,
     outcome: HandlerOutcome,
+    *,
+    secrets: tuple[str, ...] = (),
+    written: Callable[[EventDraft, OperationRecord], None] | None = None,
 ) -> None:
     """Record what a handler that lost its deadline or its lease finally did.
 
     A storable return that passes the postcondition confirms any operation
     not yet terminal: it is the effect's own acknowledgement. Anything else
-    is evidence only, and clears the overlap risk that handler carried.
+    is evidence only, and clears the overlap risk that handler carried; it
+    never changes a confirmed output. ``secrets`` are masked in what the
+    handler's exception says; ``written`` hears of the event once it is durable.
     """
     stored = store(contract, outcome.value) if outcome.kind is Outcome.RETURNED else None
+    status: str | None = None
     for _ in range(_ATTEMPTS):
         record = ledger.get(operation_id, now=now())
         if record is None:
             return
+        status = record.status.value
         # One lease token serves every attempt of a call: only this attempt has ended.
         remaining = tuple(h for h in record.overlap if (h.token, h.attempt) != (token, attempt))
-        evidence: dict[str, Any] = {"attempt": attempt, "handler": outcome.describe()}
+        evidence: dict[str, Any] = {
+            "attempt": attempt,
+            "handler": scrub(outcome.describe(), secrets),
+        }
         if isinstance(stored, Stored) and not record.status.terminal:
-            changes = Changes(
-                EffectStatus.CONFIRMED,
-                lease=None,
+            changes, event = to_confirmed(
+                record.status,
+                attempt,
                 output_json=stored.json,
                 provider_operation_id=stored.provider_operation_id,
                 reason=f"the handler of attempt {attempt} returned after its deadline",
                 evidence=evidence,
-                overlap=(),
+                event=EventType.LATE_RESULT,
             )
-            target = EffectStatus.CONFIRMED
         else:
             if isinstance(stored, str):
-                evidence["unconfirmable"] = stored
+                evidence["unconfirmable"] = scrub(stored, secrets)
             if isinstance(stored, Stored) and record.status is EffectStatus.CONFIRMED:
                 evidence["matches_confirmed_output"] = stored.json == record.output_json
             changes = Changes(record.status, overlap=remaining)
-            target = record.status
-        event = EventDraft(EventType.LATE_RESULT, record.status, target, attempt, evidence)
+            event = EventDraft(
+                EventType.LATE_RESULT, record.status, record.status, attempt, evidence
+            )
         try:
-            ledger.transition(
+            after = ledger.transition(
                 operation_id,
                 Expect(event_count=record.event_count),
                 changes,
@@ -74,5 +86,14 @@ def record_late(
             )
         except FencedWriteError:
             continue  # the operation moved on while we read it: read again
+        if written is not None:
+            written(event, after)
         return
-    logger.warning("could not record the late result of %s", operation_id)
+    logger.warning(
+        "could not record the late result of %s (attempt %d): it kept changing; "
+        "what that handler did is in this line only: %s",
+        operation_id,
+        attempt,
+        scrub(outcome.describe(), secrets),
+        extra={"operation_id": operation_id, "contract": contract.name, "status": status},
+    )

@@ -8,21 +8,29 @@ results, so every rule lives here exactly once while
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import secrets
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from effectguard import process as _process
 from effectguard.contract import EffectContract
-from effectguard.errors import EffectRejected, FencedWriteError, OperationConflictError
+from effectguard.errors import (
+    EffectRejected,
+    FencedWriteError,
+    InternalError,
+    OperationConflictError,
+)
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap
+from effectguard.executor.observe import Observer, Transition, notify
 from effectguard.executor.outputs import Stored, decode, jsonable, store
 from effectguard.executor.reconcile import Verdict, decide
+from effectguard.executor.redaction import scrub
 from effectguard.fingerprint import redact_arguments
 from effectguard.ledger.protocol import (
     Changes,
@@ -32,6 +40,7 @@ from effectguard.ledger.protocol import (
     Lease,
     NewOperation,
 )
+from effectguard.ledger.transitions import to_confirmed
 from effectguard.model import (
     EffectResult,
     EffectStatus,
@@ -57,7 +66,12 @@ HELD = frozenset({EffectStatus.DISPATCHED, EffectStatus.RECONCILING})
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One call of an effect: its contract, arguments, handler and identity."""
+    """One call of an effect: its contract, arguments, handler and identity.
+
+    ``secrets`` are the redacted argument values, masked in any text user code
+    produced before it is stored or observed; ``observers`` hear of every
+    transition and of the result.
+    """
 
     contract: EffectContract
     arguments: Mapping[str, Any]
@@ -66,6 +80,8 @@ class Call:
     provider_key: str | None
     fingerprint: str
     wait_seconds: float
+    secrets: tuple[str, ...] = ()
+    observers: tuple[Observer, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,8 +136,33 @@ class StateMachine:
     def record_late(self, call: Call, token: str, attempt: int, outcome: HandlerOutcome) -> None:
         """Record what a handler that lost its deadline or its lease finally did."""
         record_late(
-            self.ledger, self.now, call.contract, call.operation_id, token, attempt, outcome
+            self.ledger,
+            self.now,
+            call.contract,
+            call.operation_id,
+            token,
+            attempt,
+            outcome,
+            secrets=call.secrets,
+            written=lambda event, record: self.notify(call, (event,), record),
         )
+
+    def notify(self, call: Call, events: Sequence[EventDraft], record: OperationRecord) -> None:
+        """Tell the call's observers of ``events``, which ``record`` now holds durably."""
+        contract = call.contract
+        for event in events:
+            transition = Transition(
+                operation_id=call.operation_id,
+                contract=contract.name,
+                contract_version=contract.version,
+                from_status=event.from_status,
+                to_status=event.to_status,
+                event=event.type,
+                attempt=event.attempt,
+                evidence=event.evidence,
+                reason=record.reason,
+            )
+            notify(call.observers, transition)
 
     def guaranteed(self, contract: EffectContract, record: OperationRecord) -> bool:
         """Whether a resend is covered by the provider's key: declared, and within its retention."""
@@ -159,15 +200,32 @@ class StateMachine:
         changes: Changes,
         *events: EventDraft,
     ) -> LedgerStep:
-        """A step that applies ``changes`` and ``events`` only if ``expect`` still holds."""
-        return LedgerStep(
-            lambda: self.ledger.transition(
+        """A step that applies ``changes`` and ``events`` only if ``expect`` still holds.
+
+        The call's observers hear of the events once they are durable.
+        """
+
+        def run() -> OperationRecord:
+            record = self.ledger.transition(
                 call.operation_id, expect, changes, events, now=self.now()
             )
-        )
+            self.notify(call, events, record)
+            return record
+
+        return LedgerStep(run)
 
     def run(self, call: Call) -> Machine:
-        """Drive ``call`` from its first read to the result its caller receives."""
+        """Drive ``call`` from its first read to the result its caller receives.
+
+        The call's observers hear of that result, fresh or replayed.
+        """
+        result = yield from self.drive(call)
+        contract = call.contract
+        notify(call.observers, Transition.of_result(contract.name, contract.version, result))
+        return result
+
+    def drive(self, call: Call) -> Machine:
+        """The rules of :meth:`run`, without reporting the result."""
         ledger = self.ledger
         deadline = time.monotonic() + call.wait_seconds
         # Replaying a terminal operation is a plain read: no write lock is taken.
@@ -184,7 +242,7 @@ class StateMachine:
                     TOKENS.release(token)
                     raise
                 if created:
-                    return (yield from self.hold(call, record, token, dispatch=True))
+                    return (yield from self.work(call, record, token, dispatch=True))
                 TOKENS.release(token)
                 continue
             if record.fingerprint != call.fingerprint:
@@ -220,7 +278,7 @@ class StateMachine:
                 record = yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now()))
                 continue
             return (
-                yield from self.hold(
+                yield from self.work(
                     call, taken, token, dispatch=taken.status is EffectStatus.DISPATCHED
                 )
             )
@@ -242,7 +300,10 @@ class StateMachine:
             EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
             EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
         )
-        return self.ledger.claim(operation, events, now=self.now())
+        record, created = self.ledger.claim(operation, events, now=self.now())
+        if created:
+            self.notify(call, events, record)
+        return record, created
 
     def take_over(
         self, call: Call, record: OperationRecord, token: str
@@ -262,18 +323,21 @@ class StateMachine:
             gone = abandoned(record.lease_token, record.lease_owner)
             overlap = list(live_overlap(record))
             if status is EffectStatus.DISPATCHED and not gone and record.lease_owner:
-                assert record.lease_token is not None  # noqa: S101 - a live owner has a token
+                if record.lease_token is None:
+                    msg = f"{call.operation_id!r} has a lease owner but no lease token"
+                    raise InternalError(msg)
                 overlap.append(
                     OverlapHolder(record.lease_token, record.attempts, record.lease_owner)
                 )
+            reason = (
+                "the previous holder is gone" if gone else "the previous holder's lease expired"
+            )
             evidence = {
                 "previous_owner": record.lease_owner.to_json() if record.lease_owner else None,
                 "owner_gone": gone,
                 "overlap_risk": bool(overlap),
+                "reason": reason,
             }
-            reason = (
-                "the previous holder is gone" if gone else "the previous holder's lease expired"
-            )
             expect = Expect(
                 statuses=frozenset({status}),
                 lease_token=record.lease_token,
@@ -312,22 +376,28 @@ class StateMachine:
             return None
         return taken
 
-    def hold(self, call: Call, record: OperationRecord, token: str, *, dispatch: bool) -> Machine:
-        """Work the operation while holding its lease: dispatch, settle, reconcile, retry."""
+    def work(self, call: Call, record: OperationRecord, token: str, *, dispatch: bool) -> Machine:
+        """Work the operation while holding its lease: dispatch, settle, reconcile, retry.
+
+        The result carries the exception the last handler call raised, if it
+        raised, so that the caller's error can chain it.
+        """
         renewal = KEEPER.start(
             self.ledger, call.operation_id, token, call.contract.lease_seconds, self.now
         )
+        raised: BaseException | None = None
         try:
             while True:
                 if dispatch:
                     outcome: HandlerOutcome = yield HandlerStep(token, record.attempts)
+                    raised = outcome.error if outcome.kind is Outcome.RAISED else None
                     settled = yield from self.settle(call, record, token, outcome)
                     if isinstance(settled, EffectResult):
-                        return settled
+                        return _carrying(settled, raised)
                     record = settled
                 reconciled = yield from self.reconcile(call, record, token)
                 if isinstance(reconciled, EffectResult):
-                    return reconciled
+                    return _carrying(reconciled, raised)
                 record, dispatch = reconciled, True
         finally:
             KEEPER.stop(renewal)
@@ -344,25 +414,28 @@ class StateMachine:
             if outcome.kind is Outcome.RETURNED:
                 stored = store(call.contract, outcome.value)
                 if isinstance(stored, Stored):
-                    changes = Changes(
-                        EffectStatus.CONFIRMED,
-                        lease=None,
+                    changes, event = to_confirmed(
+                        dispatched,
+                        attempt,
                         output_json=stored.json,
                         provider_operation_id=stored.provider_operation_id,
                         reason=None,
-                    )
-                    event = EventDraft(
-                        EventType.CONFIRMED, dispatched, EffectStatus.CONFIRMED, attempt
+                        evidence={"handler": outcome.describe()},
                     )
                     confirmed = yield self.write(call, fence, changes, event)
                     return self.result(call, confirmed, replayed=False)
-                reason = stored
+                reason = scrub(stored, call.secrets)
             elif outcome.kind is Outcome.REJECTED:
                 error = outcome.error
-                assert isinstance(error, EffectRejected)  # noqa: S101 - by classification
-                rejection = jsonable(error.evidence)
+                if not isinstance(error, EffectRejected):
+                    msg = f"a rejection of {call.operation_id!r} without its EffectRejected"
+                    raise InternalError(msg)
+                rejection = scrub(jsonable(error.evidence), call.secrets)
                 changes = Changes(
-                    EffectStatus.REJECTED, lease=None, reason=str(error.reason), evidence=rejection
+                    EffectStatus.REJECTED,
+                    lease=None,
+                    reason=scrub(str(error.reason), call.secrets),
+                    evidence=rejection,
                 )
                 event = EventDraft(
                     EventType.REJECTED, dispatched, EffectStatus.REJECTED, attempt, rejection
@@ -374,15 +447,17 @@ class StateMachine:
                 if outcome.still_running:
                     reason += " and may still be sending"
             else:
-                reason = f"the handler {outcome.describe()}"
+                reason = scrub(_unknown_because(outcome), call.secrets)
             overlap = list(live_overlap(record))
             if outcome.still_running:
                 overlap.append(OverlapHolder(token, attempt, _process.current_owner()))
-            evidence = {
-                "handler": outcome.describe(),
+            evidence: dict[str, Any] = {
+                "handler": scrub(outcome.describe(), call.secrets),
                 "reason": reason,
                 "overlap_risk": bool(overlap),
             }
+            if outcome.kind is Outcome.RAISED and outcome.error is not None:
+                evidence["error"] = _error_evidence(outcome.error, call.secrets)
             unknown = EffectStatus.OUTCOME_UNKNOWN
             if outcome.kind is Outcome.INTERRUPTED:
                 changes = Changes(
@@ -392,7 +467,9 @@ class StateMachine:
                     EventType.OUTCOME_UNKNOWN, dispatched, unknown, attempt, evidence
                 )
                 yield self.write(call, fence, changes, event)
-                assert outcome.error is not None  # noqa: S101 - interruptions carry their exception
+                if outcome.error is None:
+                    msg = f"an interruption of {call.operation_id!r} without its exception"
+                    raise InternalError(msg)
                 raise outcome.error
             changes = Changes(
                 EffectStatus.RECONCILING,
@@ -425,7 +502,7 @@ class StateMachine:
         self, call: Call, record: OperationRecord, token: str
     ) -> Generator[Step, Any, OperationRecord | EffectResult[Any]]:
         """Apply the reconcile table; a record back means dispatch again (DISPATCHED, our lease)."""
-        contract = call.contract
+        contract, secrets = call.contract, call.secrets
         probe: OutcomeProbeResult | None = None
         if contract.outcome_probe is not None:
             probe = yield ProbeStep()
@@ -433,7 +510,7 @@ class StateMachine:
         if probe is not None and probe.status is ProbeStatus.COMMITTED:
             stored = store(contract, probe.output)
         overlap = live_overlap(record)
-        decision = decide(
+        ruling = decide(
             probe,
             confirmable=isinstance(stored, Stored),
             guaranteed=self.guaranteed(contract, record),
@@ -443,36 +520,39 @@ class StateMachine:
         )
         evidence: dict[str, Any] = {
             "probe": None if probe is None else probe.status.value,
-            "probe_evidence": {} if probe is None else jsonable(probe.evidence),
+            "probe_evidence": {} if probe is None else scrub(jsonable(probe.evidence), secrets),
             "overlap_risk": bool(overlap),
         }
+        # Why the outcome was uncertain in the first place stays on the record.
+        cause = record.evidence.get("cause") or record.evidence.get("reason")
+        if cause:
+            evidence["cause"] = cause
+        if "error" in record.evidence:
+            evidence["error"] = record.evidence["error"]
         if isinstance(stored, str):
-            evidence["unconfirmable"] = stored
+            evidence["unconfirmable"] = scrub(stored, secrets)
         reconciling = EffectStatus.RECONCILING
         attempt = record.attempts
         fence = Expect(lease_token=token)
-        if decision.verdict is Verdict.CONFIRM:
-            assert isinstance(stored, Stored)  # noqa: S101 - CONFIRM needs a storable output
-            assert probe is not None  # noqa: S101 - CONFIRM comes only from a COMMITTED probe
-            changes = Changes(
-                EffectStatus.CONFIRMED,
-                lease=None,
+        if ruling.verdict is Verdict.CONFIRM:
+            if not isinstance(stored, Stored) or probe is None:
+                msg = f"a CONFIRM ruling on {call.operation_id!r} without a storable probe output"
+                raise InternalError(msg)
+            changes, event = to_confirmed(
+                reconciling,
+                attempt,
                 output_json=stored.json,
                 provider_operation_id=probe.provider_operation_id or stored.provider_operation_id,
-                reason=decision.reason,
+                reason=ruling.reason,
                 evidence=evidence,
-                overlap=(),
-            )
-            event = EventDraft(
-                EventType.CONFIRMED, reconciling, EffectStatus.CONFIRMED, attempt, evidence
             )
             step = self.write(call, fence, changes, event)
-        elif decision.verdict is Verdict.RETRY:
+        elif ruling.verdict is Verdict.RETRY:
             changes = Changes(
                 EffectStatus.DISPATCHED,
                 lease=self.lease(call, token),
                 attempts=attempt + 1,
-                reason=f"retrying with the same key: {decision.reason}",
+                reason=f"retrying with the same key: {ruling.reason}",
                 evidence=evidence,
                 overlap=overlap,
             )
@@ -491,7 +571,7 @@ class StateMachine:
         else:
             target = (
                 EffectStatus.QUARANTINED
-                if decision.verdict is Verdict.QUARANTINE
+                if ruling.verdict is Verdict.QUARANTINE
                 else EffectStatus.OUTCOME_UNKNOWN
             )
             kind = (
@@ -499,9 +579,8 @@ class StateMachine:
                 if target is EffectStatus.QUARANTINED
                 else EventType.OUTCOME_UNKNOWN
             )
-            changes = Changes(
-                target, lease=None, reason=decision.reason, evidence=evidence, overlap=overlap
-            )
+            reason = f"{cause}; {ruling.reason}" if cause else ruling.reason
+            changes = Changes(target, lease=None, reason=reason, evidence=evidence, overlap=overlap)
             step = self.write(
                 call, fence, changes, EventDraft(kind, reconciling, target, attempt, evidence)
             )
@@ -510,6 +589,27 @@ class StateMachine:
         except FencedWriteError:
             current = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
             return self.result(call, current, replayed=False)
-        if decision.verdict is Verdict.RETRY:
+        if ruling.verdict is Verdict.RETRY:
             return written
         return self.result(call, written, replayed=False)
+
+
+def _unknown_because(outcome: HandlerOutcome) -> str:
+    """Why a handler's outcome leaves the effect in doubt, in a sentence an operator reads."""
+    error = outcome.error
+    if outcome.kind is Outcome.RAISED and error is not None:
+        return (
+            f"the handler raised {type(error).__name__}: {error} "
+            "(a handler that raised may already have sent the request)"
+        )
+    return f"the handler {outcome.describe()}"
+
+
+def _error_evidence(error: BaseException, secrets: tuple[str, ...]) -> dict[str, str]:
+    """The type and message of a handler's exception, as the ledger keeps them."""
+    return {"type": type(error).__name__, "message": scrub(str(error), secrets)}
+
+
+def _carrying(result: EffectResult[Any], error: BaseException | None) -> EffectResult[Any]:
+    """``result`` carrying the handler's exception of this call (never stored)."""
+    return result if error is None else dataclasses.replace(result, handler_error=error)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from effectguard.contract import UnknownOutcomePolicy
 from effectguard.model import OutcomeProbeResult, ProbeStatus
 
-__all__ = ["Decision", "Verdict", "decide"]
+__all__ = ["Ruling", "Verdict", "decide"]
 
 
 class Verdict(enum.Enum):
@@ -25,17 +25,17 @@ class Verdict(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class Ruling:
     """A verdict and the reason a person reads in the ledger."""
 
     verdict: Verdict
     reason: str
 
 
-def _policy(policy: UnknownOutcomePolicy, reason: str) -> Decision:
+def _policy(policy: UnknownOutcomePolicy, reason: str) -> Ruling:
     if policy is UnknownOutcomePolicy.KEEP_UNKNOWN:
-        return Decision(Verdict.KEEP_UNKNOWN, reason)
-    return Decision(Verdict.QUARANTINE, reason)
+        return Ruling(Verdict.KEEP_UNKNOWN, reason)
+    return Ruling(Verdict.QUARANTINE, reason)
 
 
 def decide(
@@ -46,7 +46,7 @@ def decide(
     overlap_risk: bool,
     attempts_left: bool,
     policy: UnknownOutcomePolicy,
-) -> Decision:
+) -> Ruling:
     """Return what to do with an operation whose outcome is uncertain.
 
     ``probe`` is None when the contract has no probe. ``confirmable`` says a
@@ -57,17 +57,17 @@ def decide(
     """
     if probe is not None and probe.status is ProbeStatus.COMMITTED:
         if confirmable:
-            return Decision(Verdict.CONFIRM, "the probe found the effect committed")
+            return Ruling(Verdict.CONFIRM, "the probe found the effect committed")
         return _policy(
             policy,
             "the probe reports the effect committed, but its output fails the postcondition "
             "or cannot be stored",
         )
     if probe is not None and probe.status is ProbeStatus.PENDING:
-        return Decision(Verdict.KEEP_UNKNOWN, "the provider reports the request still pending")
+        return Ruling(Verdict.KEEP_UNKNOWN, "the provider reports the request still pending")
     if probe is not None and probe.status is ProbeStatus.NOT_COMMITTED:
         if overlap_risk and not guaranteed:
-            return Decision(
+            return Ruling(
                 Verdict.KEEP_UNKNOWN,
                 "the probe found no effect, but an earlier handler may still be sending "
                 "(overlap risk) and the provider does not guarantee idempotency",
@@ -83,5 +83,5 @@ def decide(
             "idempotency, so a resend could duplicate the effect",
         )
     if not attempts_left:
-        return Decision(Verdict.QUARANTINE, f"{basis}, but no attempts are left")
-    return Decision(Verdict.RETRY, basis)
+        return Ruling(Verdict.QUARANTINE, f"{basis}, but no attempts are left")
+    return Ruling(Verdict.RETRY, basis)

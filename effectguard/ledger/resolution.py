@@ -29,6 +29,7 @@ from effectguard.errors import (
 )
 from effectguard.fingerprint import canonical_json
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect
+from effectguard.ledger.transitions import to_confirmed
 from effectguard.model import EffectStatus, EventType, OperationRecord
 from effectguard.process import process_gone
 
@@ -193,23 +194,15 @@ def confirm(
             "output": output,
             "provider_operation_id": provider_operation_id,
         }
-        changes = Changes(
-            status=EffectStatus.CONFIRMED,
-            lease=None,
+        return to_confirmed(
+            record.status,
+            record.attempts,
             output_json=output_json,
             provider_operation_id=provider_operation_id,
             reason=f"confirmed by operator {audit['actor']}: {audit['reason']}",
             evidence=evidence,
-            overlap=(),
+            event=EventType.OPERATOR_CONFIRMED,
         )
-        event = EventDraft(
-            EventType.OPERATOR_CONFIRMED,
-            record.status,
-            EffectStatus.CONFIRMED,
-            record.attempts,
-            evidence,
-        )
-        return changes, event
 
     return _resolve(ledger, operation_id, action="confirm", allowed=_RESOLVABLE, build=build)
 

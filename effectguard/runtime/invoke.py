@@ -1,10 +1,11 @@
 """Running one tool call and saying what the model is told, or which effects the run waits on.
 
 Every effect executed during a call is observed, including those of a
-decorated tool that a plain tool calls inside itself: the runtime lends the
-handler an executor that delegates to its own and notes each result. An
-effect that is not confirmed or rejected makes the run wait, even when the
-tool around it swallowed the result and returned normally.
+decorated tool that a plain tool calls inside itself, whichever executor runs
+it: the runtime lends its executor to the tools and notes each result through
+the executor's observer hook (:func:`effectguard.observing`), once. An effect
+that is not confirmed or rejected makes the run wait, even when the tool
+around it swallowed the result and returned normally.
 """
 
 from __future__ import annotations
@@ -19,17 +20,16 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from effectguard.config import observe_effects, use_executor
-from effectguard.contract import EffectContract, OutputCodec
+from effectguard.config import use_executor
+from effectguard.contract import OutputCodec
 from effectguard.errors import (
     ConfigurationError,
-    EffectNotConfirmed,
     EffectRejected,
     LedgerError,
     OperationConflictError,
     RuntimeStateError,
 )
-from effectguard.executor import EffectExecutor, Handler
+from effectguard.executor import EffectExecutor, Transition, observing
 from effectguard.model import EffectResult, EffectStatus
 from effectguard.runtime.tools import ToolDefinition
 
@@ -62,47 +62,16 @@ class CallOutcome:
     waiting: tuple[str, ...] = ()
 
 
-class _Observer(EffectExecutor):
-    """An executor that runs everything on ``inner`` and keeps each result.
+class _Effects:
+    """The results of the effects of one call, as the executors' observer hook reports them."""
 
-    Lent to handlers through :func:`use_executor`, which takes an
-    :class:`EffectExecutor`; hence a subclass that delegates rather than a wrapper.
-    """
-
-    def __init__(self, inner: EffectExecutor) -> None:
-        super().__init__(inner.ledger, poll_interval=inner.poll_interval)
-        self._inner = inner
+    def __init__(self) -> None:
         self.results: dict[str, EffectResult[Any]] = {}
 
-    def record(self, result: EffectResult[Any]) -> None:
-        """Keep ``result``: the run must not finish while it is unresolved."""
-        self.results[result.operation_id] = result
-
-    def execute(
-        self,
-        contract: EffectContract,
-        arguments: Mapping[str, Any],
-        handler: Handler,
-        *,
-        wait_seconds: float = 0.0,
-    ) -> EffectResult[Any]:
-        result = self._inner.execute(contract, arguments, handler, wait_seconds=wait_seconds)
-        self.record(result)
-        return result
-
-    async def execute_async(
-        self,
-        contract: EffectContract,
-        arguments: Mapping[str, Any],
-        handler: Handler,
-        *,
-        wait_seconds: float = 0.0,
-    ) -> EffectResult[Any]:
-        result = await self._inner.execute_async(
-            contract, arguments, handler, wait_seconds=wait_seconds
-        )
-        self.record(result)
-        return result
+    def __call__(self, transition: Transition) -> None:
+        """Keep each final result: the run must not finish while one is unresolved."""
+        if transition.result is not None:
+            self.results[transition.operation_id] = transition.result
 
 
 def _call_by_name(func: Callable[..., Any], arguments: Mapping[str, Any]) -> Any:
@@ -120,15 +89,15 @@ def _call_by_name(func: Callable[..., Any], arguments: Mapping[str, Any]) -> Any
     return func(*args, **kwargs)
 
 
-def _start(tool: ToolDefinition, arguments: Mapping[str, Any], observer: _Observer) -> Any:
+def _start(tool: ToolDefinition, arguments: Mapping[str, Any], executor: EffectExecutor) -> Any:
     """Begin the call; returns its value, or an awaitable of it for async tools."""
     if tool.decorated:
         run: Callable[..., Any] = tool.handler.execute  # type: ignore[attr-defined]
         return run(**arguments)
     if tool.contract is not None:
         if inspect.iscoroutinefunction(tool.handler):
-            return observer.execute_async(tool.contract, arguments, tool.handler)
-        return observer.execute(tool.contract, arguments, tool.handler)
+            return executor.execute_async(tool.contract, arguments, tool.handler)
+        return executor.execute(tool.contract, arguments, tool.handler)
     return _call_by_name(tool.handler, arguments)
 
 
@@ -157,10 +126,10 @@ def invoke(
     tool: ToolDefinition, arguments: Mapping[str, Any], executor: EffectExecutor
 ) -> CallOutcome:
     """Run one call synchronously (an async tool in its own event loop); return a CallOutcome."""
-    observer = _Observer(executor)
+    observer = _Effects()
     try:
-        with use_executor(observer), observe_effects(observer.record):
-            value = _start(tool, arguments, observer)
+        with use_executor(executor), observing(observer):
+            value = _start(tool, arguments, executor)
             if inspect.isawaitable(value):
                 value = run_to_completion(value)
     except Exception as exc:  # noqa: BLE001 - sorted by _from_exception, which re-raises infrastructure
@@ -172,11 +141,11 @@ async def invoke_async(
     tool: ToolDefinition, arguments: Mapping[str, Any], executor: EffectExecutor
 ) -> CallOutcome:
     """Run one call on the event loop: sync work in a worker thread, async work awaited."""
-    observer = _Observer(executor)
+    observer = _Effects()
     try:
-        with use_executor(observer), observe_effects(observer.record):
+        with use_executor(executor), observing(observer):
             # to_thread copies this context, so the lent executor reaches the worker thread.
-            value = await asyncio.to_thread(_start, tool, arguments, observer)
+            value = await asyncio.to_thread(_start, tool, arguments, executor)
             if inspect.isawaitable(value):
                 value = await value
     except Exception as exc:  # noqa: BLE001 - sorted by _from_exception, which re-raises infrastructure
@@ -188,10 +157,9 @@ def _unresolved(effects: Mapping[str, EffectResult[Any]]) -> tuple[str, ...]:
     return tuple(op for op, result in effects.items() if not result.status.terminal)
 
 
-def _from_value(tool: ToolDefinition, value: Any, observer: _Observer) -> CallOutcome:
+def _from_value(tool: ToolDefinition, value: Any, observer: _Effects) -> CallOutcome:
     effects = dict(observer.results)
     if isinstance(value, EffectResult) and tool.contract is not None:
-        effects[value.operation_id] = value  # a tool with its own executor= bypasses the observer
         waiting = _unresolved(effects)
         if waiting:
             return CallOutcome(effects=effects, waiting=waiting)
@@ -204,12 +172,10 @@ def _from_value(tool: ToolDefinition, value: Any, observer: _Observer) -> CallOu
     return CallOutcome(encode_output(value, None), effects=effects)
 
 
-def _from_exception(exc: Exception, observer: _Observer) -> CallOutcome:
+def _from_exception(exc: Exception, observer: _Effects) -> CallOutcome:
     if isinstance(exc, _INFRASTRUCTURE):
         raise exc
     effects = dict(observer.results)
-    if isinstance(exc, EffectNotConfirmed):
-        effects[exc.result.operation_id] = exc.result
     waiting = _unresolved(effects)
     if waiting:
         return CallOutcome(effects=effects, waiting=waiting)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -12,8 +13,11 @@ from effectguard import (
     EffectNotConfirmed,
     EffectRejected,
     EffectStatus,
+    Transition,
     UnknownOutcomePolicy,
     effect,
+    observe_effects,
+    observing,
 )
 from effectguard.runtime import (
     AgentRuntime,
@@ -284,3 +288,27 @@ def test_an_effect_left_in_doubt_by_a_tool_keeps_the_final_answer_out(executor, 
     assert done.final == "payment done"
     assert done.effects == {OPERATION: EffectStatus.CONFIRMED}
     assert provider.requests == 1
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_a_run_records_each_effect_once_and_observers_around_it_still_hear(
+    executor, provider, trace, driver
+):
+    """The runtime observes through the executor hook, once per effect, beside outer observers."""
+    results = []
+    transitions: list[Transition] = []
+    runtime = AgentRuntime(script(), [capture_tool(provider)], executor, trace=trace)
+    with observe_effects(results.append), observing(transitions.append):
+        if driver == "sync":
+            done = runtime.start(RUN, "pay")
+        else:
+            done = asyncio.run(runtime.start_async(RUN, "pay"))
+    assert done.state is RunState.COMPLETED
+    assert [(r.operation_id, r.status) for r in results] == [(OPERATION, EffectStatus.CONFIRMED)]
+    assert [t.to_status for t in transitions if t.final] == [EffectStatus.CONFIRMED]
+    effects = [e for e in trace.of(RUN) if e.kind.value == "effect"]
+    assert [(e.data["operation_id"], e.data["status"]) for e in effects] == [
+        (OPERATION, "CONFIRMED")
+    ]
+    assert provider.requests == 1
+    assert provider.committed() == 1

@@ -61,6 +61,7 @@ from typing import Any, Self
 from effectguard.errors import (
     ConfigurationError,
     FencedWriteError,
+    InternalError,
     LedgerLockedError,
     LedgerNotFoundError,
     LedgerSchemaError,
@@ -183,7 +184,9 @@ class PostgresEffectLedger(OperatorResolution):
     def _inspect(self, conn: Connection) -> _SchemaState:
         """Return (schema exists, version table exists, ledger tables exist, version)."""
         row = conn.execute(self._sql.inspect, {"schema": self.schema}).fetchone()
-        assert row is not None  # noqa: S101 - a SELECT without FROM returns one row
+        if row is None:
+            msg = "the schema inspection query returned no row"
+            raise InternalError(msg)
         schema_exists, versioned, tables = bool(row[0]), bool(row[1]), bool(row[2])
         version = 0
         if versioned:
@@ -222,7 +225,9 @@ class PostgresEffectLedger(OperatorResolution):
 
         def work(conn: Connection) -> tuple[Any, ...]:
             row = conn.execute(self._sql.select_one, (operation_id,)).fetchone()
-            assert row is not None  # noqa: S101 - the outer SELECT always returns one row
+            if row is None:
+                msg = f"the read of {operation_id!r} returned no row, not even the clock's"
+                raise InternalError(msg)
             return row
 
         row = self._db.read(work)

@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 
 from effectguard.errors import (
     FencedWriteError,
+    InternalError,
     LedgerError,
     LedgerLockedError,
     LedgerNotFoundError,
@@ -448,7 +449,9 @@ class SQLiteEffectLedger(OperatorResolution):
             # Insert first: a new operation, the common case, then needs no read.
             if conn.execute(_INSERT_OPERATION, values).rowcount == 0:
                 row = self._select(conn, operation.operation_id)
-                assert row is not None  # noqa: S101 - the insert found it, inside this transaction
+                if row is None:
+                    msg = f"{operation.operation_id!r} blocked the insert but cannot be read"
+                    raise InternalError(msg)
                 return rows.record(row, now_us), False
             conn.executemany(_INSERT_EVENT, events_rows)
             return rows.record(values, now_us), True

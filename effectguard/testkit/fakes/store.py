@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from effectguard.errors import InternalError
+
 __all__ = ["Store"]
 
 _SCHEMA = """
@@ -56,7 +58,9 @@ class Store:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         # A connection never crosses fork(): a child process opens its own.
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            assert self.path is not None  # noqa: S101 - set whenever there is no shared connection
+            if self.path is None:
+                msg = "a fake store with neither a shared connection nor a path"
+                raise InternalError(msg)
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")

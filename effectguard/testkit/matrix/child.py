@@ -135,8 +135,8 @@ class ChildRunner:
         if helper is None:
             return
         with contextlib.suppress(OSError):
-            assert helper.stdin is not None  # noqa: S101 - opened with a pipe
-            helper.stdin.close()
+            if helper.stdin is not None:  # always: it is opened with a pipe
+                helper.stdin.close()
         try:
             helper.wait(timeout=10)
         except subprocess.TimeoutExpired:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from effectguard.errors import InternalError
 from effectguard.executor import EffectExecutor
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.model import EffectStatus, OperationRecord
@@ -188,7 +189,9 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
     )
     calls, killed = 0, False
     if crashes:
-        assert provider_path is not None  # noqa: S101 - set for every crash episode
+        if provider_path is None:
+            msg = f"crash episode {spec!r} without a provider file"
+            raise InternalError(msg)
         ended = context.children.run(
             ChildRun(
                 ledger_path=str(context.ledger.path),
@@ -216,7 +219,9 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
         calls += 1
         context.clock.advance(1.0)
     record = context.ledger.get(operation_id)
-    assert record is not None  # noqa: S101 - every episode claims its operation
+    if record is None:
+        msg = f"episode {spec!r} never claimed operation {operation_id!r}"
+        raise InternalError(msg)
     committed = setup.provider.committed()
     needless = _needless(spec, setup, record)
     setup.provider.close()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from effectguard.contract import EffectContract, UnknownOutcomePolicy
+from effectguard.errors import InternalError
 from effectguard.testkit.fakes.base import FakeProvider, Lookup
 from effectguard.testkit.fakes.mail import FakeEmailProvider
 from effectguard.testkit.fakes.payments import FakePaymentProvider
@@ -65,7 +66,9 @@ class Setup:
     def reference(self) -> str:
         """What the provider files this operation's effect under (its key or Message-ID)."""
         key = self.contract.identity(self.arguments)[1]
-        assert key is not None  # noqa: S101 - every kind forwards a key
+        if key is None:
+            msg = f"contract kind {self.kind!r} forwards no provider key"
+            raise InternalError(msg)
         return key
 
 

@@ -1,0 +1,73 @@
+"""The library logs only through `logging`, installs no handler, and never guards by assert."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import effectguard
+
+PACKAGE = Path(effectguard.__file__).parent
+
+_IMPORT_EVERYTHING = """
+import json, logging, pkgutil, importlib
+
+class Keep(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records = []
+    def emit(self, record):
+        self.records.append(record.name + ": " + record.getMessage())
+
+keep = Keep()
+logging.getLogger().addHandler(keep)
+logging.getLogger().setLevel(logging.DEBUG)
+import effectguard
+for module in pkgutil.walk_packages(effectguard.__path__, "effectguard."):
+    if ".bench._postgres" in module.name or module.name.endswith("__main__"):
+        continue
+    importlib.import_module(module.name)
+loggers = [
+    name for name, logger in logging.root.manager.loggerDict.items()
+    if name.startswith("effectguard") and isinstance(logger, logging.Logger) and logger.handlers
+]
+print(json.dumps({"records": keep.records, "with_handlers": loggers}))
+"""
+
+
+def test_importing_effectguard_logs_nothing_and_installs_no_handler():
+    """In a fresh interpreter, importing every module logs no record and adds no handler."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EVERYTHING], capture_output=True, text=True, check=True
+    )
+    report = json.loads(done.stdout)
+    assert report == {"records": [], "with_handlers": []}
+    assert done.stderr == ""
+    assert logging.getLogger("effectguard").handlers == []
+
+
+def _asserts(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assert)
+    ]
+
+
+def test_no_assert_statement_guards_an_invariant_in_the_library():
+    """Asserts vanish under ``python -O``: library code raises InternalError instead."""
+    found = [where for path in sorted(PACKAGE.rglob("*.py")) for where in _asserts(path)]
+    assert found == []
+
+
+def test_an_internal_error_says_it_is_a_bug_to_report():
+    """InternalError names the broken invariant and asks for a report."""
+    error = effectguard.InternalError("a probe step without a probe")
+    assert isinstance(error, effectguard.EffectGuardError)
+    assert str(error).startswith("a probe step without a probe: this is a bug in effectguard")
+    assert "report" in str(error)
