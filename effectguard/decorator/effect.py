@@ -28,6 +28,7 @@ of :func:`effectguard.configure`. Both live in :mod:`effectguard.config`.
 from __future__ import annotations
 
 import functools
+import inspect
 import types
 from collections.abc import Callable, Collection, Coroutine
 from datetime import timedelta
@@ -43,6 +44,7 @@ from effectguard.contract import (
     OutputCodec,
     UnknownOutcomePolicy,
 )
+from effectguard.decorator.binding import visible_annotations, visible_signature
 from effectguard.decorator.options import Options
 from effectguard.decorator.tool import AS_RESULT, Tool
 from effectguard.executor import EffectExecutor
@@ -144,6 +146,21 @@ class _BoundEffectWrapper(wrapt.BoundFunctionWrapper[..., Any]):
         tool: Tool = self._self_parent._self_tool  # noqa: SLF001
         return tool.contract
 
+    # What frameworks read to build a schema: the parameters without idempotency_key.
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return visible_signature(self.__wrapped__)
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        return visible_annotations(self.__wrapped__)
+
+    @property
+    def __func__(self) -> Any:
+        # A wrapper bound to an instance passes isinstance(..., MethodType), so inspect
+        # reads the signature of its __func__: the decorated tool, not the bare function.
+        return self._self_parent
+
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self(*args, **kwargs, **{AS_RESULT: True})
 
@@ -160,6 +177,14 @@ class _EffectWrapper(wrapt.FunctionWrapper[..., Any]):
     @property
     def contract(self) -> EffectContract:
         return self._self_tool.contract
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return visible_signature(self.__wrapped__)
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        return visible_annotations(self.__wrapped__)
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self(*args, **kwargs, **{AS_RESULT: True})
