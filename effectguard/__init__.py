@@ -54,10 +54,12 @@ from effectguard.model import (
     VerifyProblem,
     VerifyReport,
 )
+from effectguard.scope import CallScope, call_scope, call_scoped
 
 __all__ = [
     "INJECTED",
     "AsyncEffectFunction",
+    "CallScope",
     "Configuration",
     "ConfigurationError",
     "DataclassCodec",
@@ -95,6 +97,8 @@ __all__ = [
     "UnknownOutcomePolicy",
     "VerifyProblem",
     "VerifyReport",
+    "call_scope",
+    "call_scoped",
     "configure",
     "effect",
     "get_contract",

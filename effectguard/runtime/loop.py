@@ -35,6 +35,7 @@ from effectguard.runtime.state import (
 from effectguard.runtime.tools import ToolDefinition
 from effectguard.runtime.tools.registry import ToolRegistry
 from effectguard.runtime.tools.validation import parse_arguments, validate
+from effectguard.scope import CallScope
 
 __all__ = ["Machine", "ModelStep", "RunMachine", "SaveStep", "StatusStep", "Step", "ToolStep"]
 
@@ -51,10 +52,11 @@ class ModelStep:
 
 @dataclass(frozen=True, slots=True)
 class ToolStep:
-    """Run one tool call; the driver sends back a :class:`CallOutcome`."""
+    """Run one tool call in its call scope; the driver sends back a :class:`CallOutcome`."""
 
     tool: ToolDefinition
     arguments: dict[str, Any]
+    scope: CallScope
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +345,8 @@ class RunMachine:
         self.trace(TraceKind.DISPATCH, pending, reissue=reissue)
         # Durable before the handler runs, so a crash from here on re-issues this call.
         yield SaveStep(self.record)
-        outcome: CallOutcome = yield ToolStep(tool, arguments)
+        scope = CallScope(self.record.run_id, _scope_call_id(self.record.messages, call.id))
+        outcome: CallOutcome = yield ToolStep(tool, arguments, scope)
         self._note_effects(pending, outcome)
         if outcome.waiting:
             pending.operation_ids = list(outcome.waiting)
@@ -362,6 +365,24 @@ class RunMachine:
             }
             self.trace(TraceKind.EFFECT, pending, operation_id=op, **details)
             self.audit(AuditAction.EFFECT_STATUS, pending, operation_id=op, **details)
+
+
+def _scope_call_id(messages: Sequence[Message], call_id: str) -> str:
+    """Return the call scope's id for the latest tool call ``call_id`` of the conversation.
+
+    The tool call's own id, unless an earlier turn of the run used that id too
+    (a model may number calls per turn): then ``"<id>#<n>"`` for its n-th use,
+    so that an operation id derived from the scope never collides with an
+    earlier call's. Counted from the checkpointed messages, so a resume agrees.
+    """
+    uses = sum(
+        1
+        for message in messages
+        if message.get("role") == "assistant"
+        for tool_call in message.get("tool_calls") or ()
+        if tool_call.get("id") == call_id
+    )
+    return call_id if uses <= 1 else f"{call_id}#{uses}"
 
 
 def _traced_arguments(call: ToolCall, tool: ToolDefinition | None) -> Any:
