@@ -345,8 +345,7 @@ class RunMachine:
         self.trace(TraceKind.DISPATCH, pending, reissue=reissue)
         # Durable before the handler runs, so a crash from here on re-issues this call.
         yield SaveStep(self.record)
-        scope = CallScope(self.record.run_id, _scope_call_id(self.record.messages, call.id))
-        outcome: CallOutcome = yield ToolStep(tool, arguments, scope)
+        outcome: CallOutcome = yield ToolStep(tool, arguments, self.record.scope_of(call))
         self._note_effects(pending, outcome)
         if outcome.waiting:
             pending.operation_ids = list(outcome.waiting)
@@ -365,24 +364,6 @@ class RunMachine:
             }
             self.trace(TraceKind.EFFECT, pending, operation_id=op, **details)
             self.audit(AuditAction.EFFECT_STATUS, pending, operation_id=op, **details)
-
-
-def _scope_call_id(messages: Sequence[Message], call_id: str) -> str:
-    """Return the call scope's id for the latest tool call ``call_id`` of the conversation.
-
-    The tool call's own id, unless an earlier turn of the run used that id too
-    (a model may number calls per turn): then ``"<id>#<n>"`` for its n-th use,
-    so that an operation id derived from the scope never collides with an
-    earlier call's. Counted from the checkpointed messages, so a resume agrees.
-    """
-    uses = sum(
-        1
-        for message in messages
-        if message.get("role") == "assistant"
-        for tool_call in message.get("tool_calls") or ()
-        if tool_call.get("id") == call_id
-    )
-    return call_id if uses <= 1 else f"{call_id}#{uses}"
 
 
 def _traced_arguments(call: ToolCall, tool: ToolDefinition | None) -> Any:
