@@ -35,12 +35,11 @@ __all__ = [
     "OutcomeProbeResult",
     "ProbeStatus",
     "SQLiteEffectLedger",
+    "call_scope",
+    "call_scoped",
     "configure",
     "effect",
     "open_ledger",
-    # For the lead, at merge: add EffectNotSent and OutputNotStored (effectguard.errors),
-    # and call_scope and call_scoped (their module), each with its row in _EXPORTS and
-    # its TYPE_CHECKING import; tests/test_public_api.py pins this list.
 ]
 
 #: Every name ``effectguard`` exports, in ``__all__`` or not, and the module that owns it.
@@ -62,6 +61,10 @@ _EXPORTS: dict[str, str] = {
     "Configuration": "effectguard.config",
     "configure": "effectguard.config",
     "observe_effects": "effectguard.config",
+    # Operation ids from the calling context.
+    "CallScope": "effectguard.scope",
+    "call_scope": "effectguard.scope",
+    "call_scoped": "effectguard.scope",
     # Contracts and output codecs.
     "EffectContract": "effectguard.contract",
     "OutputCodec": "effectguard.contract",
@@ -159,6 +162,9 @@ if TYPE_CHECKING:
     from effectguard.model import ProbeStatus as ProbeStatus
     from effectguard.model import VerifyProblem as VerifyProblem
     from effectguard.model import VerifyReport as VerifyReport
+    from effectguard.scope import CallScope as CallScope
+    from effectguard.scope import call_scope as call_scope
+    from effectguard.scope import call_scoped as call_scoped
 
     __version__: str
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -11,11 +11,13 @@ from effectguard.errors import ConfigurationError
 from effectguard.model import OutcomeProbeResult
 
 __all__ = [
+    "DURATION_FIELDS",
     "Arguments",
     "EffectContract",
     "OutputCodec",
     "ProbeFunction",
     "UnknownOutcomePolicy",
+    "redacted_names",
 ]
 
 T = TypeVar("T")
@@ -52,6 +54,40 @@ class OutputCodec(Protocol[T]):
         ...
 
 
+#: The fields that are durations in seconds; all but ``lease_seconds`` may be None.
+DURATION_FIELDS = ("handler_timeout", "lease_seconds", "provider_key_retention_seconds")
+
+
+def _whole(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _positive(value: object) -> bool:
+    # "not > 0" also refuses NaN; a bool is not a number of seconds.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _policy(value: object) -> UnknownOutcomePolicy | None:
+    """Return the policy ``value`` names (any case, ``-`` for ``_``), or None."""
+    if isinstance(value, UnknownOutcomePolicy):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        return UnknownOutcomePolicy(value.upper().replace("-", "_"))
+    except ValueError:
+        return None
+
+
+def redacted_names(value: object) -> frozenset[str] | None:
+    """Return the names ``redact`` gives (a bare str is one name); None when it is invalid."""
+    if isinstance(value, str):
+        return frozenset([value])
+    if not isinstance(value, Collection) or not all(isinstance(name, str) for name in value):
+        return None
+    return frozenset(value)
+
+
 @dataclass(frozen=True, slots=True)
 class EffectContract:
     """The rules one kind of side effect is executed under.
@@ -83,10 +119,29 @@ class EffectContract:
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
 
     def __post_init__(self) -> None:
+        # The one place a contract's settings are checked: @effect passes its options here.
+        problems = [*self._identity_problems(), *self._behaviour_problems()]
+        policy = _policy(self.unknown_outcome)
+        if policy is None:
+            choices = ", ".join(choice.value for choice in UnknownOutcomePolicy)
+            problems.append(
+                f"unknown_outcome={self.unknown_outcome!r} is not a policy; "
+                f"expected one of {choices}"
+            )
+        redact = redacted_names(self.redact)
+        if redact is None:
+            problems.append(f"redact must be a collection of argument names, not {self.redact!r}")
+        if problems:
+            msg = f"invalid contract {self.name!r}: " + "; ".join(problems)
+            raise ConfigurationError(msg)
+        object.__setattr__(self, "unknown_outcome", policy)
+        object.__setattr__(self, "redact", redact)
+
+    def _identity_problems(self) -> list[str]:
         problems = []
         if not isinstance(self.name, str) or not self.name.strip():
             problems.append("name must be a non-empty string")
-        if not isinstance(self.version, int) or isinstance(self.version, bool) or self.version < 1:
+        if not _whole(self.version, 1):
             problems.append(f"version must be an int >= 1, not {self.version!r}")
         if not callable(self.operation_id):
             problems.append("operation_id must be a callable taking the arguments mapping")
@@ -94,36 +149,40 @@ class EffectContract:
             self.provider_idempotency_key
         ):
             problems.append("provider_idempotency_key must be a callable or None")
-        if self.provider_idempotency_guaranteed and self.provider_idempotency_key is None:
+        if not isinstance(self.provider_idempotency_guaranteed, bool):
+            problems.append(
+                "provider_idempotency_guaranteed must be True or False, "
+                f"not {self.provider_idempotency_guaranteed!r}"
+            )
+        elif self.provider_idempotency_guaranteed and self.provider_idempotency_key is None:
             problems.append(
                 "provider_idempotency_guaranteed=True needs a provider_idempotency_key: "
                 "a provider can only deduplicate a key it is sent"
             )
-        if self.outcome_probe is not None and not callable(self.outcome_probe):
-            problems.append("outcome_probe must be a callable or None")
-        if self.handler_timeout is not None and not self.handler_timeout > 0:
-            problems.append(f"handler_timeout must be > 0 or None, not {self.handler_timeout!r}")
-        if not self.lease_seconds > 0:
-            problems.append(f"lease_seconds must be > 0, not {self.lease_seconds!r}")
-        if (
-            not isinstance(self.max_attempts, int)
-            or isinstance(self.max_attempts, bool)
-            or self.max_attempts < 1
-        ):
+        return problems
+
+    def _behaviour_problems(self) -> list[str]:
+        problems = [
+            f"{name} must be a callable or None"
+            for name in ("outcome_probe", "postcondition", "provider_operation_id")
+            if getattr(self, name) is not None and not callable(getattr(self, name))
+        ]
+        for name in DURATION_FIELDS:
+            value = getattr(self, name)
+            optional = name != "lease_seconds"
+            if not (optional and value is None) and not _positive(value):
+                also = " or None" if optional else ""
+                problems.append(f"{name} must be > 0 seconds{also}, not {value!r}")
+        if not _whole(self.max_attempts, 1):
             problems.append(f"max_attempts must be an int >= 1, not {self.max_attempts!r}")
-        retention = self.provider_key_retention_seconds
-        if retention is not None and not retention > 0:
-            problems.append(
-                f"provider_key_retention_seconds must be > 0 or None, not {retention!r}"
-            )
-        if not isinstance(self.unknown_outcome, UnknownOutcomePolicy):
-            problems.append("unknown_outcome must be an UnknownOutcomePolicy")
-        if not self.max_output_bytes > 0:
+        if not _whole(self.max_output_bytes, 1):
             problems.append(f"max_output_bytes must be > 0, not {self.max_output_bytes!r}")
-        if problems:
-            msg = f"invalid contract {self.name!r}: " + "; ".join(problems)
-            raise ConfigurationError(msg)
-        object.__setattr__(self, "redact", frozenset(self.redact))
+        codec = self.codec
+        if codec is not None and not (
+            callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))
+        ):
+            problems.append(f"codec must be an OutputCodec (encode and decode), not {codec!r}")
+        return problems
 
     def identity(self, arguments: Arguments) -> tuple[str, str | None]:
         """Return ``(operation_id, provider_key)`` for ``arguments``.

@@ -36,6 +36,8 @@ PUBLIC = [
     "OutcomeProbeResult",
     "ProbeStatus",
     "SQLiteEffectLedger",
+    "call_scope",
+    "call_scoped",
     "configure",
     "effect",
     "open_ledger",
@@ -56,7 +58,10 @@ EXPORTED = {
         ],
         "effectguard.decorator",
     ),
-    "EffectExecutor": "effectguard.executor",
+    **dict.fromkeys(
+        ["EffectExecutor", "Observer", "Transition", "observing"], "effectguard.executor"
+    ),
+    **dict.fromkeys(["CallScope", "call_scope", "call_scoped"], "effectguard.scope"),
     **dict.fromkeys(["Configuration", "configure", "observe_effects"], "effectguard.config"),
     **dict.fromkeys(
         ["EffectContract", "OutputCodec", "UnknownOutcomePolicy"], "effectguard.contract"
@@ -90,6 +95,7 @@ EXPORTED = {
             "EffectRejected",
             "FencedWriteError",
             "IllegalTransitionError",
+            "InternalError",
             "InvalidRequestError",
             "LedgerError",
             "LedgerLockedError",

@@ -1,6 +1,7 @@
 """``@effect`` and what it builds: the tool proxy, signature binding and identity templates.
 
-:mod:`~effectguard.decorator.decorate` is the decorator users apply;
+:mod:`~effectguard.decorator.decorate` is the decorator users apply, whose
+keywords :mod:`~effectguard.decorator.options` maps onto the contract's fields;
 :mod:`~effectguard.decorator.tool` runs each call of a decorated tool through
 an executor; :mod:`~effectguard.decorator.binding` turns a call into
 arguments and :mod:`~effectguard.decorator.templates` turns arguments into

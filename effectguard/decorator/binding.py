@@ -18,7 +18,14 @@ from typing import Any
 
 from effectguard.errors import ConfigurationError
 
-__all__ = ["KEY_PARAMETER", "ProbeShape", "ToolShape", "unwrap_descriptor"]
+__all__ = [
+    "KEY_PARAMETER",
+    "ProbeShape",
+    "ToolShape",
+    "unwrap_descriptor",
+    "visible_annotations",
+    "visible_signature",
+]
 
 #: The parameter through which the executor hands a tool its provider idempotency key.
 KEY_PARAMETER = "idempotency_key"
@@ -37,6 +44,21 @@ def unwrap_descriptor(obj: Any) -> Any:
 def _without(signature: inspect.Signature, *names: str) -> inspect.Signature:
     kept = [p for p in signature.parameters.values() if p.name not in names]
     return signature.replace(parameters=kept)
+
+
+def visible_signature(func: Any) -> inspect.Signature:
+    """Return the signature of ``func`` as its callers see it: without the provider key.
+
+    Frameworks build a tool's schema from it, so the key the executor supplies
+    is never offered to a model, nor passed back as a default.
+    """
+    return _without(inspect.signature(unwrap_descriptor(func)), KEY_PARAMETER)
+
+
+def visible_annotations(func: Any) -> dict[str, Any]:
+    """Return a copy of ``func``'s ``__annotations__`` without the provider key."""
+    annotations = getattr(unwrap_descriptor(func), "__annotations__", None) or {}
+    return {name: hint for name, hint in annotations.items() if name != KEY_PARAMETER}
 
 
 def _without_first(signature: inspect.Signature) -> inspect.Signature:

@@ -27,10 +27,12 @@ of :func:`effectguard.configure`. Both live in :mod:`effectguard.config`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import types
 from collections.abc import Callable, Collection, Coroutine
 from datetime import timedelta
-from typing import Any, Concatenate, Never, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 import wrapt
 
@@ -42,7 +44,9 @@ from effectguard.contract import (
     OutputCodec,
     UnknownOutcomePolicy,
 )
-from effectguard.decorator.tool import AS_RESULT, Options, Tool
+from effectguard.decorator.binding import visible_annotations, visible_signature
+from effectguard.decorator.options import Options
+from effectguard.decorator.tool import AS_RESULT, Tool
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectResult
 
@@ -142,6 +146,21 @@ class _BoundEffectWrapper(wrapt.BoundFunctionWrapper[..., Any]):
         tool: Tool = self._self_parent._self_tool  # noqa: SLF001 - wrapt keeps a proxy's state in its _self_ attributes
         return tool.contract
 
+    # What frameworks read to build a schema: the parameters without idempotency_key.
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return visible_signature(self.__wrapped__)
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        return visible_annotations(self.__wrapped__)
+
+    @property
+    def __func__(self) -> Any:
+        # A wrapper bound to an instance passes isinstance(..., MethodType), so inspect
+        # reads the signature of its __func__: the decorated tool, not the bare function.
+        return self._self_parent
+
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self(*args, **kwargs, **{AS_RESULT: True})
 
@@ -158,6 +177,14 @@ class _EffectWrapper(wrapt.FunctionWrapper[..., Any]):
     @property
     def contract(self) -> EffectContract:
         return self._self_tool.contract
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return visible_signature(self.__wrapped__)
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        return visible_annotations(self.__wrapped__)
 
     def execute(self, *args: Any, **kwargs: Any) -> Any:
         return self(*args, **kwargs, **{AS_RESULT: True})
@@ -180,8 +207,38 @@ class EffectDecorator:
         return _EffectWrapper(func, Tool(func, self._options))
 
 
+def _keywords_only(func: Callable[P, R]) -> Callable[P, R]:
+    """Answer ``@effect`` without its settings with the library's message, not Python's."""
+
+    @functools.wraps(func)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        if len(args) == 1 and callable(args[0]) and not kwargs:
+            name = getattr(args[0], "__qualname__", None) or repr(args[0])
+            msg = (
+                f"@effect needs its settings, in parentheses, above {name}: "
+                '@effect(operation_id="order:{order_id}:pay") names each call\'s business '
+                "operation, the same across retries (effectguard.call_scoped(prefix) derives "
+                "one from the agent's run and tool call when the arguments hold none)"
+            )
+            raise TypeError(msg)
+        if args:
+            msg = '@effect takes keyword arguments only: write @effect(operation_id="...")'
+            raise TypeError(msg)
+        if "operation_id" not in kwargs:
+            msg = (
+                '@effect(...) needs operation_id=: a str.format template over the tool\'s '
+                'parameters ("order:{order_id}:pay"), a callable taking the arguments, '
+                "or effectguard.call_scoped(prefix)"
+            )
+            raise TypeError(msg)
+        return func(*args, **kwargs)
+
+    return checked
+
+
+@_keywords_only
 def effect(
-    *args: Never,
+    *,
     operation_id: str | Callable[[Arguments], str],
     idempotency_key: str | Callable[[Arguments], str] | None = None,
     idempotency_guaranteed: bool = False,
@@ -202,15 +259,24 @@ def effect(
 ) -> EffectDecorator:
     """Guard a tool function's side effect with an :class:`EffectContract`.
 
+    Each keyword sets the contract field of the same name, except
+    ``idempotency_key`` (``provider_idempotency_key``), ``idempotency_guaranteed``
+    (``provider_idempotency_guaranteed``), ``probe`` (``outcome_probe``),
+    ``timeout`` (``handler_timeout``), ``lease`` (``lease_seconds``),
+    ``provider_key_retention`` (``provider_key_retention_seconds``) and
+    ``executor``, which is the decorator's own; the contract checks every value.
+
     ``operation_id`` and ``idempotency_key`` are ``str.format`` templates over
     the arguments (``"invoice:{invoice_id}:capture"``) or callables taking the
     arguments mapping; a template naming a parameter the tool lacks is a
     :class:`ConfigurationError` here, not at the first call. A tool with an
     ``idempotency_key`` parameter receives the key from the executor (the
     operation id when no template is given), and a caller passing it gets a
-    ``TypeError``. ``probe`` is called like the tool, plus ``idempotency_key=``
-    if it takes one, and returns an :class:`OutcomeProbeResult`; a probe
-    written as a method of the tool's class runs on the same instance.
+    ``TypeError``; the tool's visible signature and annotations leave it out,
+    so frameworks building a schema from them never offer it to a model.
+    ``probe`` is called like the tool, plus ``idempotency_key=`` if it takes
+    one, and returns an :class:`OutcomeProbeResult`; a probe written as a
+    method of the tool's class runs on the same instance.
 
     ``codec`` is an :class:`OutputCodec`, or a dataclass or pydantic model type;
     by default it is inferred from a dataclass or pydantic return annotation.
@@ -221,30 +287,8 @@ def effect(
     ``max_output_bytes`` bounds the stored output (its JSON text); a larger
     output cannot confirm the operation.
     """
-    if args:
-        msg = '@effect takes keyword arguments only: write @effect(operation_id="...")'
-        raise TypeError(msg)
-    return EffectDecorator(
-        Options(
-            operation_id=operation_id,
-            idempotency_key=idempotency_key,
-            idempotency_guaranteed=idempotency_guaranteed,
-            probe=probe,
-            postcondition=postcondition,
-            provider_operation_id=provider_operation_id,
-            unknown_outcome=unknown_outcome,
-            timeout=timeout,
-            lease=lease,
-            max_attempts=max_attempts,
-            redact=redact,
-            codec=codec,
-            name=name,
-            version=version,
-            executor=executor,
-            provider_key_retention=provider_key_retention,
-            max_output_bytes=max_output_bytes,
-        )
-    )
+    # Every parameter above, by name: the signature is the one list of the options.
+    return EffectDecorator(Options.from_keywords(locals()))
 
 
 def _find(obj: object) -> Tool | None:

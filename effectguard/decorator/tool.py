@@ -1,8 +1,9 @@
 """A decorated tool: the contract it was given and how each of its calls is run.
 
-``@effect`` turns its keyword arguments into an :class:`Options`; :class:`Tool`
-checks them against the function once, builds the :class:`EffectContract`,
-and then, per call, binds the arguments, finds the executor and maps the
+``@effect`` turns its keyword arguments into an
+:class:`~effectguard.decorator.options.Options`; :class:`Tool` checks them
+against the function once, builds the :class:`EffectContract` (which checks
+the values themselves), and then, per call, binds the arguments, finds the executor and maps the
 :class:`EffectResult` onto a return value or an exception.
 """
 
@@ -10,14 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Collection
+import re
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from effectguard.codec import codec_for
 from effectguard.config import resolve_executor
-from effectguard.contract import Arguments, EffectContract, OutputCodec, UnknownOutcomePolicy
+from effectguard.contract import (
+    DURATION_FIELDS,
+    Arguments,
+    EffectContract,
+    OutputCodec,
+    redacted_names,
+)
 from effectguard.decorator.binding import KEY_PARAMETER, ProbeShape, ToolShape, unwrap_descriptor
+from effectguard.decorator.options import RENAMED, Options
 from effectguard.decorator.templates import compile_identity
 from effectguard.errors import (
     ConfigurationError,
@@ -30,19 +39,15 @@ from effectguard.errors import (
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectResult, EffectStatus
 
-__all__ = ["AS_RESULT", "Options", "Tool", "outcome_of"]
+__all__ = ["AS_RESULT", "Tool", "outcome_of"]
 
 #: The keyword by which ``execute()`` asks, through wrapt's own binding, for the result.
 AS_RESULT = "__effectguard_as_result__"
 
 
-def _seconds(value: float | timedelta | None, what: str) -> float | None:
-    if value is None or isinstance(value, (int, float)):
-        return value
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    msg = f"{what} must be seconds (a number) or a timedelta, not {value!r}"
-    raise ConfigurationError(msg)
+def _seconds(value: Any) -> Any:
+    """Return a timedelta in seconds; anything else as given, for the contract to judge."""
+    return value.total_seconds() if isinstance(value, timedelta) else value
 
 
 def _field(name: str) -> Callable[[Any], str | None]:
@@ -52,29 +57,6 @@ def _field(name: str) -> Callable[[Any], str | None]:
 
     read.__qualname__ = f"provider_operation_id[{name!r}]"
     return read
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Options:
-    """The keyword arguments of one ``@effect(...)``, as given."""
-
-    operation_id: str | Callable[[Arguments], str]
-    idempotency_key: str | Callable[[Arguments], str] | None
-    idempotency_guaranteed: bool
-    probe: Any
-    postcondition: Callable[[Any], bool] | None
-    provider_operation_id: str | Callable[[Any], str | None] | None
-    unknown_outcome: UnknownOutcomePolicy | str
-    timeout: float | timedelta | None
-    lease: float | timedelta
-    max_attempts: int
-    redact: Collection[str]
-    codec: OutputCodec[Any] | type | None
-    name: str | None
-    version: int
-    executor: EffectExecutor | None
-    provider_key_retention: float | timedelta | None
-    max_output_bytes: int
 
 
 def _return_annotation(func: Any) -> Any:
@@ -97,25 +79,17 @@ def _codec(given: OutputCodec[Any] | type | None, func: Any, tool: str) -> Outpu
     return codec
 
 
-def _policy(value: UnknownOutcomePolicy | str, tool: str) -> UnknownOutcomePolicy:
-    try:
-        return UnknownOutcomePolicy(str(value).upper().replace("-", "_"))
-    except ValueError:
-        choices = ", ".join(policy.value for policy in UnknownOutcomePolicy)
-        msg = f"{tool}: unknown_outcome={value!r}; expected one of {choices}"
-        raise ConfigurationError(msg) from None
-
-
 def _provider_key(
-    options: Options,
+    given: str | Callable[[Arguments], str] | None,
+    guaranteed: object,
     shape: ToolShape,
     operation_id: Callable[[Arguments], str],
     redact: frozenset[str],
 ) -> Callable[[Arguments], str] | None:
     """Return how the provider key is computed; None when the tool takes no key."""
     tool = shape.tool
-    if options.idempotency_key is None:
-        if options.idempotency_guaranteed and not shape.takes_key:
+    if given is None:
+        if guaranteed is True and not shape.takes_key:
             msg = (
                 f"{tool}: idempotency_guaranteed=True needs {tool}() to take an "
                 f"{KEY_PARAMETER} parameter: a provider can only deduplicate a key it is sent"
@@ -130,12 +104,46 @@ def _provider_key(
         )
         raise ConfigurationError(msg)
     return compile_identity(
-        options.idempotency_key,
+        given,
         what="idempotency_key",
         tool=tool,
         parameters=shape.argument_names(),
         redacted=redact,
     )
+
+
+def _identity(fields: dict[str, Any], shape: ToolShape) -> dict[str, Any]:
+    """Return the contract's ``operation_id`` and ``provider_idempotency_key``, checked."""
+    tool, names = shape.tool, shape.argument_names()
+    # An invalid redact= is the contract's to report; the templates are checked without it.
+    redact = redacted_names(fields["redact"]) or frozenset()
+    unknown = sorted(redact.difference(names))
+    if unknown:
+        msg = f"{tool}: redact names {', '.join(unknown)}, which are not parameters"
+        raise ConfigurationError(msg)
+    operation_id = compile_identity(
+        fields["operation_id"], what="operation_id", tool=tool, parameters=names, redacted=redact
+    )
+    key = _provider_key(
+        fields["provider_idempotency_key"],
+        fields["provider_idempotency_guaranteed"],
+        shape,
+        operation_id,
+        redact,
+    )
+    return {"operation_id": operation_id, "provider_idempotency_key": key}
+
+
+def _in_decorator_terms(message: str) -> str:
+    """Name, beside each contract field the message mentions, the ``@effect`` keyword setting it."""
+    notes = [
+        f"@effect's {keyword}= sets {field}"
+        for keyword, field in RENAMED.items()
+        if re.search(rf"\b{field}\b", message)
+    ]
+    if any(field in message for field in DURATION_FIELDS):
+        notes.append("durations are seconds or a timedelta")
+    return f"{message} ({'; '.join(notes)})" if notes else message
 
 
 class Tool:
@@ -157,46 +165,25 @@ class Tool:
             msg = f"executor must be an EffectExecutor, not {type(options.executor).__name__}"
             raise TypeError(msg)
         self.is_async = inspect.iscoroutinefunction(raw)
-        self.executor = options.executor
+        self.executor: EffectExecutor | None = options.executor
         self.shape = shape = ToolShape(raw, tool=tool)
-        names = shape.argument_names()
-        redact = frozenset([options.redact] if isinstance(options.redact, str) else options.redact)
-        unknown = sorted(redact.difference(names))
-        if unknown:
-            msg = f"{tool}: redact names {', '.join(unknown)}, which are not parameters"
-            raise ConfigurationError(msg)
-        operation_id = compile_identity(
-            options.operation_id, what="operation_id", tool=tool, parameters=names, redacted=redact
-        )
-        key = _provider_key(options, shape, operation_id, redact)
-        self.probe = None if options.probe is None else ProbeShape(options.probe, shape)
-        provider_operation_id = options.provider_operation_id
-        if isinstance(provider_operation_id, str):
-            provider_operation_id = _field(provider_operation_id)
-        lease = _seconds(options.lease, "lease")
-        if lease is None:
-            msg = f"{tool}: lease must be seconds > 0 or a timedelta, not None"
-            raise ConfigurationError(msg)
-        self.contract = EffectContract(
-            name=options.name or f"{getattr(raw, '__module__', None) or '__main__'}.{tool}",
-            version=options.version,
-            operation_id=operation_id,
-            provider_idempotency_key=key,
-            provider_idempotency_guaranteed=options.idempotency_guaranteed,
-            outcome_probe=self._probe_adapter(None),
-            postcondition=options.postcondition,
-            provider_operation_id=provider_operation_id,
-            unknown_outcome=_policy(options.unknown_outcome, tool),
-            handler_timeout=_seconds(options.timeout, "timeout"),
-            lease_seconds=lease,
-            max_attempts=options.max_attempts,
-            provider_key_retention_seconds=_seconds(
-                options.provider_key_retention, "provider_key_retention"
-            ),
-            redact=redact,
-            codec=_codec(options.codec, raw, tool),
-            max_output_bytes=options.max_output_bytes,
-        )
+        self.probe: ProbeShape | None = None
+        fields = dict(options.fields)
+        if fields["outcome_probe"] is not None:
+            self.probe = ProbeShape(fields["outcome_probe"], shape)
+        fields["outcome_probe"] = self._probe_adapter(None)
+        module = getattr(raw, "__module__", None) or "__main__"
+        fields["name"] = fields["name"] or f"{module}.{tool}"
+        fields.update(_identity(fields, shape))
+        if isinstance(fields["provider_operation_id"], str):
+            fields["provider_operation_id"] = _field(fields["provider_operation_id"])
+        for name in DURATION_FIELDS:
+            fields[name] = _seconds(fields[name])
+        fields["codec"] = _codec(fields["codec"], raw, tool)
+        try:
+            self.contract = EffectContract(**fields)
+        except ConfigurationError as exc:
+            raise ConfigurationError(_in_decorator_terms(str(exc))) from exc
 
     def _probe_adapter(self, instance: object | None) -> Callable[..., Any] | None:
         """Return the probe in the executor's convention, for a call on ``instance``."""

@@ -35,6 +35,7 @@ from effectguard.runtime.state import (
 from effectguard.runtime.tools import ToolDefinition
 from effectguard.runtime.tools.registry import ToolRegistry
 from effectguard.runtime.tools.validation import parse_arguments, validate
+from effectguard.scope import CallScope
 
 __all__ = ["Machine", "ModelStep", "RunMachine", "SaveStep", "StatusStep", "Step", "ToolStep"]
 
@@ -51,10 +52,11 @@ class ModelStep:
 
 @dataclass(frozen=True, slots=True)
 class ToolStep:
-    """Run one tool call; the driver sends back a :class:`CallOutcome`."""
+    """Run one tool call in its call scope; the driver sends back a :class:`CallOutcome`."""
 
     tool: ToolDefinition
     arguments: dict[str, Any]
+    scope: CallScope
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,7 +345,7 @@ class RunMachine:
         self.trace(TraceKind.DISPATCH, pending, reissue=reissue)
         # Durable before the handler runs, so a crash from here on re-issues this call.
         yield SaveStep(self.record)
-        outcome: CallOutcome = yield ToolStep(tool, arguments)
+        outcome: CallOutcome = yield ToolStep(tool, arguments, self.record.scope_of(call))
         self._note_effects(pending, outcome)
         if outcome.waiting:
             pending.operation_ids = list(outcome.waiting)

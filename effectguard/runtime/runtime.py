@@ -43,6 +43,7 @@ from effectguard.runtime.sinks.audit import AuditAction, AuditSink, InMemoryAudi
 from effectguard.runtime.sinks.trace import InMemoryTraceSink, TraceKind, TraceSink
 from effectguard.runtime.state import CallPhase, PendingCall, RunRecord, RunResult
 from effectguard.runtime.tools.registry import ToolLike, ToolRegistry
+from effectguard.scope import call_scope
 
 __all__ = ["AgentRuntime"]
 
@@ -191,7 +192,8 @@ class AgentRuntime:
             turn = self.model.next_turn(step.messages, step.tools)
             return run_to_completion(turn) if inspect.isawaitable(turn) else turn
         if isinstance(step, ToolStep):
-            return invoke(step.tool, step.arguments, self.effect_executor)
+            with call_scope(run_id=step.scope.run_id, call_id=step.scope.call_id):
+                return invoke(step.tool, step.arguments, self.effect_executor)
         if isinstance(step, SaveStep):
             step.record.revision = self.checkpoints.save(step.record)
             return None
@@ -204,7 +206,9 @@ class AgentRuntime:
             turn = await asyncio.to_thread(self.model.next_turn, step.messages, step.tools)
             return await turn if inspect.isawaitable(turn) else turn
         if isinstance(step, ToolStep):
-            return await invoke_async(step.tool, step.arguments, self.effect_executor)
+            # Set in this task's context, which the tool's worker thread copies.
+            with call_scope(run_id=step.scope.run_id, call_id=step.scope.call_id):
+                return await invoke_async(step.tool, step.arguments, self.effect_executor)
         if isinstance(step, SaveStep):
             step.record.revision = await asyncio.to_thread(self.checkpoints.save, step.record)
             return None

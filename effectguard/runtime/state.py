@@ -9,6 +9,7 @@ from typing import Any
 
 from effectguard.model import EffectStatus
 from effectguard.runtime.llm import Message, ToolCall
+from effectguard.scope import CallScope
 
 __all__ = ["ApprovalRequest", "CallPhase", "PendingCall", "RunRecord", "RunResult", "RunState"]
 
@@ -140,6 +141,24 @@ class RunRecord:
     error: str | None = None
     effects: dict[str, EffectStatus] = field(default_factory=dict)
     revision: int = 0
+
+    def scope_of(self, call: ToolCall) -> CallScope:
+        """Return the call scope of ``call``, a tool call of the run's latest turn.
+
+        Its call id is the tool call's own, unless an earlier turn used that id
+        too (a model may number calls per turn): then ``"<id>#<n>"`` for its
+        n-th use, so an operation id derived from the scope never collides with
+        an earlier call's. Counted from the checkpointed messages, so a resume,
+        in this process or another, gives the same scope.
+        """
+        uses = sum(
+            1
+            for message in self.messages
+            if message.get("role") == "assistant"
+            for tool_call in message.get("tool_calls") or ()
+            if tool_call.get("id") == call.id
+        )
+        return CallScope(self.run_id, call.id if uses <= 1 else f"{call.id}#{uses}")
 
     def result(self) -> RunResult:
         """Return what a caller is told about this run."""

@@ -47,7 +47,7 @@ def capture(invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECT
             "redacted parameter 'amount_cents'",
         ),
         ({"operation_id": "i:{invoice_id}", "unknown_outcome": "retry"}, "unknown_outcome="),
-        ({"operation_id": "i:{invoice_id}", "timeout": "5s"}, "timeout must be seconds"),
+        ({"operation_id": "i:{invoice_id}", "timeout": "5s"}, "timeout= sets handler_timeout"),
         ({"operation_id": "i:{invoice_id}", "max_attempts": 0}, "max_attempts"),
         ({"operation_id": "i:{invoice_id}", "codec": int}, "not a dataclass or a pydantic model"),
     ],

@@ -139,14 +139,18 @@ def test_a_bad_tool_definition_is_refused(changes, problem):
         ToolDefinition(**fields)
 
 
-def test_a_plain_function_requiring_a_key_must_be_decorated():
-    """A plain tool cannot require idempotency_key: only @effect tools are given one."""
+def test_a_plain_function_taking_a_key_must_be_decorated():
+    """A plain tool cannot take idempotency_key, required or not: only @effect tools get one."""
 
     def send(to: str, *, idempotency_key: str) -> None:
         """Send."""
 
-    with pytest.raises(ConfigurationError, match="decorate it with @effect"):
-        ToolDefinition.from_function(send)
+    def notify(to: str, *, idempotency_key: str | None = None) -> None:
+        """Notify; a defaulted key would never be a stable one."""
+
+    for func in (send, notify):
+        with pytest.raises(ConfigurationError, match="takes idempotency_key but is not an @eff"):
+            ToolDefinition.from_function(func)
 
 
 def test_an_unbound_method_is_refused_with_the_way_to_bind_it(provider):

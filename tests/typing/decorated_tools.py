@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import reveal_type
 
-from effectguard import INJECTED, effect
+from effectguard import INJECTED, call_scoped, effect
 
 
 @effect(operation_id="invoice:{invoice_id}:capture", idempotency_key="capture:{invoice_id}")
@@ -23,6 +23,12 @@ def capture(
 async def send(to: str, subject: str = "hello") -> bool:
     """Send one email."""
     return bool(to and subject)
+
+
+@effect(operation_id=call_scoped("charge"))
+def charge(customer_id: str, amount_cents: int, *, idempotency_key: str = INJECTED) -> str:
+    """Charge a customer: the operation id comes from the call scope."""
+    return customer_id + idempotency_key
 
 
 class Billing:
@@ -57,3 +63,5 @@ capture("INV-1", "100")  # E: arg-type
 capture("INV-1")  # E: call-arg
 capture("INV-1", 100, currency="EUR")  # E: call-arg
 Billing().refund(7)  # E: arg-type
+reveal_type(charge("cus_1", 500))  # R: str
+effect(name="no operation id")  # E: call-arg

@@ -116,7 +116,7 @@ class ToolDefinition:
 
         The name defaults to the function's ``__name__``; the description and
         parameters come from its docstring and type hints (see
-        :mod:`effectguard.runtime.tools.schema`). A plain function that requires an
+        :mod:`effectguard.runtime.tools.schema`). A plain function that takes an
         ``idempotency_key`` is refused: only an ``@effect`` tool is given one.
         """
         if not callable(func):
@@ -128,7 +128,7 @@ class ToolDefinition:
             raise ConfigurationError(msg)
         _refuse_unbound_method(func, tool_name)
         if not is_effect(func):
-            _refuse_required_key(func, tool_name)
+            _refuse_key(func, tool_name)
         schema = function_schema(func, name=tool_name)
         return cls(
             name=tool_name,
@@ -151,14 +151,15 @@ def _refuse_unbound_method(func: Callable[..., Any], name: str) -> None:
         raise ConfigurationError(msg)
 
 
-def _refuse_required_key(func: Callable[..., Any], name: str) -> None:
+def _refuse_key(func: Callable[..., Any], name: str) -> None:
     try:
-        parameter = inspect.signature(func).parameters.get(HIDDEN)
+        parameters = inspect.signature(func).parameters
     except (TypeError, ValueError):
         return
-    if parameter is not None and parameter.default is inspect.Parameter.empty:
+    if HIDDEN in parameters:
+        # Only the executor may supply the key; a model-chosen (or defaulted) one is no key.
         msg = (
-            f"tool {name} requires {HIDDEN} but is not an @effect tool; decorate it "
+            f"tool {name} takes {HIDDEN} but is not an @effect tool; decorate it "
             "with @effect so the executor supplies a stable key"
         )
         raise ConfigurationError(msg)

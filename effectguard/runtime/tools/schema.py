@@ -3,8 +3,10 @@
 The description of a tool is its docstring up to the first section; each
 parameter's description comes from the Google-style ``Args:`` section, or from
 an ``Annotated[T, "description"]`` hint. Parameters with a default are not
-required. ``idempotency_key`` is never part of the schema: the executor
-supplies it, never the model.
+required. ``idempotency_key`` is never part of the schema: an ``@effect``
+tool's visible signature and hints leave it out (the executor supplies it,
+never the model), and a plain function taking one is refused by
+:meth:`ToolDefinition.from_function`.
 
 Supported hints: ``str``, ``int``, ``float``, ``bool``, ``None``, ``Any``,
 ``list``/``Sequence``/``set``/``tuple`` (also fixed-length tuples), ``dict``/
@@ -233,8 +235,7 @@ def function_schema(func: Callable[..., Any], *, name: str) -> FunctionSchema:
     """Return the description and JSON-schema parameters of ``func``, a tool named ``name``.
 
     Raises :class:`ConfigurationError` for ``*args`` (a JSON object has no
-    positions), for a hint with no JSON form, and for a plain function that
-    requires ``idempotency_key`` (only an ``@effect`` tool receives one).
+    positions) and for a hint with no JSON form.
     """
     try:
         signature = inspect.signature(func)
@@ -253,8 +254,6 @@ def function_schema(func: Callable[..., Any], *, name: str) -> FunctionSchema:
             raise ConfigurationError(msg)
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             extra = True
-            continue
-        if parameter.name == HIDDEN:
             continue
         schema = type_schema(hints.get(parameter.name, inspect.Parameter.empty), where)
         if parameter.name in documented and "description" not in schema:
