@@ -39,7 +39,7 @@ call to re-issue. The runtime's exceptions are exported from
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -95,14 +95,22 @@ class OperationConflictError(EffectGuardError):
     request is a programming error, never a reason to send again.
     """
 
-    def __init__(self, operation_id: str, stored: str, requested: str) -> None:
+    def __init__(
+        self, operation_id: str, stored: str, requested: str, differences: Sequence[str] = ()
+    ) -> None:
         self.operation_id = operation_id
         self.stored_fingerprint = stored
         self.requested_fingerprint = requested
+        #: One line per difference found (``"amount_cents: stored 1000, this call 2500"``).
+        self.differences = tuple(differences)
+        what = (
+            "; ".join(self.differences)
+            if self.differences
+            else f"stored fingerprint {stored[:12]}…, this call {requested[:12]}…"
+        )
         super().__init__(
             f"operation {operation_id!r} is already recorded with a different request "
-            f"(stored fingerprint {stored[:12]}…, this call {requested[:12]}…); "
-            "use a new operation id for a different request"
+            f"({what}); use a new operation id for a different request"
         )
 
 

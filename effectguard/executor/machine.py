@@ -18,6 +18,7 @@ from typing import Any
 from effectguard.contract import EffectContract
 from effectguard.errors import EffectRejected, FencedWriteError, OperationConflictError
 from effectguard.executor import process as _process
+from effectguard.executor.conflict import differences
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap
@@ -189,7 +190,17 @@ class StateMachine:
                 continue
             if record.fingerprint != call.fingerprint:
                 raise OperationConflictError(
-                    call.operation_id, record.fingerprint, call.fingerprint
+                    call.operation_id,
+                    record.fingerprint,
+                    call.fingerprint,
+                    differences(
+                        record,
+                        contract=call.contract.name,
+                        version=call.contract.version,
+                        arguments=call.arguments,
+                        provider_key=call.provider_key,
+                        redact=call.contract.redact,
+                    ),
                 )
             if record.status.terminal:
                 return self.result(call, record, replayed=True)
