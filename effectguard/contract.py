@@ -63,6 +63,9 @@ class EffectContract:
     documentation that a resend with that key never creates a second effect
     (within ``provider_key_retention_seconds`` of the first dispatch). Without it,
     an uncertain outcome is retried only on a probe's authoritative NOT_COMMITTED.
+    ``wait_for_peer`` is how long a call that finds another worker dispatching
+    the same operation waits for its outcome and replays it; None leaves it to
+    the call and the executor (see :meth:`EffectExecutor.execute`).
     """
 
     name: str
@@ -81,6 +84,7 @@ class EffectContract:
     redact: frozenset[str] = field(default_factory=frozenset)
     codec: OutputCodec[Any] | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    wait_for_peer: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -120,6 +124,10 @@ class EffectContract:
             problems.append("unknown_outcome must be an UnknownOutcomePolicy")
         if not self.max_output_bytes > 0:
             problems.append(f"max_output_bytes must be > 0, not {self.max_output_bytes!r}")
+        if self.wait_for_peer is not None and not self.wait_for_peer >= 0:
+            problems.append(
+                f"wait_for_peer must be >= 0 seconds or None, not {self.wait_for_peer!r}"
+            )
         if problems:
             msg = f"invalid contract {self.name!r}: " + "; ".join(problems)
             raise ConfigurationError(msg)

@@ -199,6 +199,7 @@ def effect(
     executor: EffectExecutor | None = None,
     provider_key_retention: float | timedelta | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    wait_for_peer: float | timedelta | None = None,
 ) -> EffectDecorator:
     """Guard a tool function's side effect with an :class:`EffectContract`.
 
@@ -220,6 +221,13 @@ def effect(
     qualified name: set it to keep operations matching across a rename.
     ``max_output_bytes`` bounds the stored output (its JSON text); a larger
     output cannot confirm the operation.
+
+    ``wait_for_peer`` (seconds or a timedelta) is how long a call that finds
+    another worker dispatching the same operation (an identical call running
+    in parallel, as agent frameworks run one turn's tool calls) waits for its
+    outcome and returns it; only then does it raise :class:`EffectInProgress`.
+    Unset, it is the executor's ``wait_for_peer`` (see :func:`configure`), else
+    :data:`DEFAULT_WAIT_FOR_PEER` (30 seconds). ``wait_for_peer=0`` never waits.
     """
     if args:
         msg = '@effect takes keyword arguments only: write @effect(operation_id="...")'
@@ -243,6 +251,7 @@ def effect(
             executor=executor,
             provider_key_retention=provider_key_retention,
             max_output_bytes=max_output_bytes,
+            wait_for_peer=wait_for_peer,
         )
     )
 

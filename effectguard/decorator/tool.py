@@ -29,10 +29,16 @@ from effectguard.errors import (
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectResult, EffectStatus
 
-__all__ = ["AS_RESULT", "Options", "Tool", "settle"]
+__all__ = ["AS_RESULT", "DEFAULT_WAIT_FOR_PEER", "Options", "Tool", "settle"]
 
 #: The keyword by which ``execute()`` asks, through wrapt's own binding, for the result.
 AS_RESULT = "__effectguard_as_result__"
+
+#: Seconds a decorated tool waits for an identical call already dispatching (a peer)
+#: when neither ``@effect`` nor the executor says: long enough for a typical provider
+#: call, so parallel identical calls share one dispatch, and bounded, so a stuck peer
+#: still ends in EffectInProgress.
+DEFAULT_WAIT_FOR_PEER = 30.0
 
 
 def _seconds(value: float | timedelta | None, what: str) -> float | None:
@@ -74,6 +80,7 @@ class Options:
     executor: EffectExecutor | None
     provider_key_retention: float | timedelta | None
     max_output_bytes: int
+    wait_for_peer: float | timedelta | None = None
 
 
 def _return_annotation(func: Any) -> Any:
@@ -195,6 +202,7 @@ class Tool:
             redact=redact,
             codec=_codec(options.codec, raw, tool),
             max_output_bytes=options.max_output_bytes,
+            wait_for_peer=_seconds(options.wait_for_peer, "wait_for_peer"),
         )
 
     def _probe_adapter(self, instance: object | None) -> Callable[..., Any] | None:
@@ -256,9 +264,16 @@ class Tool:
             contract = dataclasses.replace(contract, outcome_probe=self._probe_adapter(instance))
         handler = self._handler(wrapped, instance)
         executor = resolve_executor(self.executor, self.contract.name)
+        wait = next(
+            w
+            for w in (contract.wait_for_peer, executor.wait_for_peer, DEFAULT_WAIT_FOR_PEER)
+            if w is not None
+        )
         if self.is_async:
-            return _run_async(executor, contract, arguments, handler, as_result=as_result)
-        result = executor.execute(contract, arguments, handler)
+            return _run_async(
+                executor, contract, arguments, handler, as_result=as_result, wait=wait
+            )
+        result = executor.execute(contract, arguments, handler, wait_for_peer=wait)
         report_effect(result)
         return result if as_result else settle(result)
 
@@ -270,8 +285,9 @@ async def _run_async(
     handler: Callable[..., Any],
     *,
     as_result: bool,
+    wait: float,
 ) -> Any:
-    result = await executor.execute_async(contract, arguments, handler)
+    result = await executor.execute_async(contract, arguments, handler, wait_for_peer=wait)
     report_effect(result)
     return result if as_result else settle(result)
 

@@ -66,6 +66,7 @@ class Call:
     operation_id: str
     provider_key: str | None
     fingerprint: str
+    #: How long to wait for a peer holding a live lease (``wait_for_peer``), in seconds.
     wait_seconds: float
 
 
@@ -98,6 +99,36 @@ class PauseStep:
 
 Step = LedgerStep | HandlerStep | ProbeStep | PauseStep
 Machine = Generator[Step, Any, EffectResult[Any]]
+
+#: Longest pause between two reads while waiting for a peer: the backoff stops growing here.
+_MAX_PEER_POLL = 0.5
+
+
+class _PeerWait:
+    """The pauses of one call waiting for a peer: doubling from ``first``, within ``seconds``.
+
+    The wait ends when ``seconds`` have passed on the monotonic clock, or on the
+    injected clock when there is one: a test moves its clock instead of sleeping,
+    and a clock that never moves still cannot make a call wait forever.
+    """
+
+    def __init__(self, seconds: float, clock: Callable[[], float] | None, first: float) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._started = None if clock is None else clock()
+        self._deadline = time.monotonic() + seconds
+        self._pause = max(first, 0.001)
+
+    def next_pause(self) -> float | None:
+        """The next pause, or None when the wait is over."""
+        remaining = self._deadline - time.monotonic()
+        if self._clock is not None and self._started is not None:
+            remaining = min(remaining, self.seconds - (self._clock() - self._started))
+        if remaining <= 0:
+            return None
+        pause = min(self._pause, remaining)
+        self._pause = min(self._pause * 2, max(_MAX_PEER_POLL, self._pause))
+        return pause
 
 
 class StateMachine:
@@ -170,7 +201,7 @@ class StateMachine:
     def run(self, call: Call) -> Machine:
         """Drive ``call`` from its first read to the result its caller receives."""
         ledger = self.ledger
-        deadline = time.monotonic() + call.wait_seconds
+        waiting = _PeerWait(call.wait_seconds, self._clock, self.poll_interval)
         # Replaying a terminal operation is a plain read: no write lock is taken.
         record: OperationRecord | None = yield LedgerStep(
             lambda: ledger.get(call.operation_id, now=self.now())
@@ -207,17 +238,18 @@ class StateMachine:
             if record.status is EffectStatus.QUARANTINED:
                 return self.result(call, record, replayed=True)
             if record.lease_live and not abandoned(record.lease_token, record.lease_owner):
-                remaining = deadline - time.monotonic()
-                if remaining > 0:
-                    yield PauseStep(min(self.poll_interval, remaining))
+                pause = waiting.next_pause()
+                if pause is not None:
+                    yield PauseStep(pause)
                     record = yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now()))
                     continue
                 expires = record.lease_expires_at
+                waited = f"; waited {call.wait_seconds:g}s for it" if call.wait_seconds else ""
                 return self.result(
                     call,
                     record,
                     replayed=True,
-                    reason=f"another worker holds it (lease until {expires:%H:%M:%S} UTC)",
+                    reason=f"another worker holds it (lease until {expires:%H:%M:%S} UTC){waited}",
                 )
             token = secrets.token_hex(16)
             TOKENS.hold(token)

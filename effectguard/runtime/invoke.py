@@ -70,7 +70,9 @@ class _Observer(EffectExecutor):
     """
 
     def __init__(self, inner: EffectExecutor) -> None:
-        super().__init__(inner.ledger, poll_interval=inner.poll_interval)
+        super().__init__(
+            inner.ledger, poll_interval=inner.poll_interval, wait_for_peer=inner.wait_for_peer
+        )
         self._inner = inner
         self.results: dict[str, EffectResult[Any]] = {}
 
@@ -84,9 +86,12 @@ class _Observer(EffectExecutor):
         arguments: Mapping[str, Any],
         handler: Handler,
         *,
-        wait_seconds: float = 0.0,
+        wait_for_peer: float | None = None,
+        wait_seconds: float | None = None,
     ) -> EffectResult[Any]:
-        result = self._inner.execute(contract, arguments, handler, wait_seconds=wait_seconds)
+        result = self._inner.execute(
+            contract, arguments, handler, wait_for_peer=wait_for_peer, wait_seconds=wait_seconds
+        )
         self.record(result)
         return result
 
@@ -96,10 +101,11 @@ class _Observer(EffectExecutor):
         arguments: Mapping[str, Any],
         handler: Handler,
         *,
-        wait_seconds: float = 0.0,
+        wait_for_peer: float | None = None,
+        wait_seconds: float | None = None,
     ) -> EffectResult[Any]:
         result = await self._inner.execute_async(
-            contract, arguments, handler, wait_seconds=wait_seconds
+            contract, arguments, handler, wait_for_peer=wait_for_peer, wait_seconds=wait_seconds
         )
         self.record(result)
         return result
