@@ -39,6 +39,7 @@ from effectguard.errors import (
     LedgerUnavailableError,
     OperationConflictError,
     OperationNotFoundError,
+    OutputNotStored,
 )
 from effectguard.executor import EffectExecutor
 from effectguard.ledger.protocol import EffectLedger
@@ -89,6 +90,7 @@ __all__ = [
     "OperationRecord",
     "OutcomeProbeResult",
     "OutputCodec",
+    "OutputNotStored",
     "ProbeStatus",
     "PydanticCodec",
     "SQLiteEffectLedger",

@@ -7,6 +7,7 @@
     ├── InvalidRequestError (ValueError)         a request is malformed (missing audit field…)
     ├── OperationConflictError                   same operation id, different request
     ├── EffectRejected                           reliable evidence that the effect did not happen
+    ├── OutputNotStored                          the effect happened; its output could not be stored
     ├── EffectNotConfirmed                       the effect is not confirmed; carries .result
     │   ├── EffectOutcomeUnknown                 it may or may not have happened
     │   ├── EffectQuarantined                    an operator must resolve it
@@ -66,6 +67,7 @@ __all__ = [
     "LedgerUnavailableError",
     "OperationConflictError",
     "OperationNotFoundError",
+    "OutputNotStored",
     "RunExistsError",
     "RunNotFoundError",
     "RuntimeStateError",
@@ -134,6 +136,46 @@ class EffectRejected(EffectGuardError):
         self.evidence: dict[str, Any] = dict(evidence or {})
         self.result = result
         super().__init__(reason)
+
+
+class OutputNotStored(EffectGuardError):
+    """The effect happened (the operation is CONFIRMED), but its output could not be stored.
+
+    The codec could not encode it, or it was over ``max_output_bytes``. It is
+    never sent again. ``output`` is the handler's (or the probe's) live output
+    on the call that produced it, and None on every replay, which has nothing
+    to return; ``has_output`` tells the two apart. ``path`` and ``type_name``
+    name the part that failed (``$.when``, ``datetime``); ``result`` is the
+    CONFIRMED :class:`EffectResult`.
+    """
+
+    def __init__(
+        self,
+        result: EffectResult[Any],
+        *,
+        reason: str,
+        path: str,
+        type_name: str,
+        output: Any = None,
+        has_output: bool = False,
+        hint: str = "return JSON-encodable values or annotate the return type",
+    ) -> None:
+        self.result = result
+        self.operation_id = result.operation_id
+        self.reason = reason
+        self.path = path
+        self.type_name = type_name
+        self.output = output
+        self.has_output = has_output
+        then = (
+            "this error's .output holds it now, and a replay will not return it"
+            if has_output
+            else "a replay cannot return it; the effect will not be sent again"
+        )
+        super().__init__(
+            f"operation {result.operation_id!r} is CONFIRMED (the effect happened), but its "
+            f"output was not stored: {reason}; {then}. To store such outputs, {hint}"
+        )
 
 
 class EffectNotConfirmed(EffectGuardError):

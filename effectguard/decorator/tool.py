@@ -25,6 +25,7 @@ from effectguard.errors import (
     EffectOutcomeUnknown,
     EffectQuarantined,
     EffectRejected,
+    OutputNotStored,
 )
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectResult, EffectStatus
@@ -93,12 +94,24 @@ def _return_annotation(func: Any) -> Any:
 def _codec(given: OutputCodec[Any] | type | None, func: Any, tool: str) -> OutputCodec[Any] | None:
     """Return the codec ``given`` (a codec or a type) names, else the one the annotation implies."""
     if given is None:
-        return codec_for(_return_annotation(func))
+        annotation = _return_annotation(func)
+        try:
+            return codec_for(annotation)
+        except ConfigurationError as exc:
+            msg = (
+                f"{tool}: its outputs could never be stored, so a replay could not return "
+                f"them: {exc}. Annotate the return type with a JSON or standard type "
+                "(dict, datetime, Decimal, a dataclass…), or pass codec="
+            )
+            raise ConfigurationError(msg) from exc
     if not isinstance(given, type):
         return given
     codec = codec_for(given)
     if codec is None:
-        msg = f"{tool}: codec={given!r} is not a dataclass or a pydantic model"
+        msg = (
+            f"{tool}: codec={given!r} is not a dataclass or a pydantic model, and "
+            "the default codec already stores it"
+        )
         raise ConfigurationError(msg)
     return codec
 
@@ -273,7 +286,11 @@ class Tool:
             return _run_async(
                 executor, contract, arguments, handler, as_result=as_result, wait=wait
             )
-        result = executor.execute(contract, arguments, handler, wait_for_peer=wait)
+        try:
+            result = executor.execute(contract, arguments, handler, wait_for_peer=wait)
+        except OutputNotStored as exc:
+            report_effect(exc.result)  # the effect happened: whoever observes must learn of it
+            raise
         report_effect(result)
         return result if as_result else settle(result)
 
@@ -287,7 +304,11 @@ async def _run_async(
     as_result: bool,
     wait: float,
 ) -> Any:
-    result = await executor.execute_async(contract, arguments, handler, wait_for_peer=wait)
+    try:
+        result = await executor.execute_async(contract, arguments, handler, wait_for_peer=wait)
+    except OutputNotStored as exc:
+        report_effect(exc.result)
+        raise
     report_effect(result)
     return result if as_result else settle(result)
 

@@ -33,8 +33,9 @@ def record_late(
 ) -> None:
     """Record what a handler that lost its deadline or its lease finally did.
 
-    A storable return that passes the postcondition confirms any operation
-    not yet terminal: it is the effect's own acknowledgement. Anything else
+    A return that passes the postcondition confirms any operation not yet
+    terminal, with its output marked not stored if it cannot be stored: it is
+    the effect's own acknowledgement. Anything else
     is evidence only, and clears the overlap risk that handler carried.
     """
     stored = store(contract, outcome.value) if outcome.kind is Outcome.RETURNED else None
@@ -46,12 +47,15 @@ def record_late(
         remaining = tuple(h for h in record.overlap if (h.token, h.attempt) != (token, attempt))
         evidence: dict[str, Any] = {"attempt": attempt, "handler": outcome.describe()}
         if isinstance(stored, Stored) and not record.status.terminal:
+            # An output that cannot be stored confirms too: the handler returned.
+            evidence = stored.evidence(evidence)
+            late = f"the handler of attempt {attempt} returned after its deadline"
             changes = Changes(
                 EffectStatus.CONFIRMED,
                 lease=None,
                 output_json=stored.json,
                 provider_operation_id=stored.provider_operation_id,
-                reason=f"the handler of attempt {attempt} returned after its deadline",
+                reason=f"{late}; {stored.note}" if stored.note else late,
                 evidence=evidence,
                 overlap=(),
             )

@@ -16,13 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from effectguard.contract import EffectContract
-from effectguard.errors import EffectRejected, FencedWriteError, OperationConflictError
+from effectguard.errors import (
+    EffectRejected,
+    FencedWriteError,
+    OperationConflictError,
+    OutputNotStored,
+)
 from effectguard.executor import process as _process
 from effectguard.executor.conflict import differences
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap
-from effectguard.executor.outputs import Stored, decode, jsonable, store
+from effectguard.executor.outputs import Stored, decode, jsonable, not_stored, store
 from effectguard.executor.reconcile import Verdict, decide
 from effectguard.fingerprint import redact_arguments
 from effectguard.ledger.protocol import (
@@ -54,6 +59,8 @@ __all__ = [
 ]
 
 HELD = frozenset({EffectStatus.DISPATCHED, EffectStatus.RECONCILING})
+#: ``live=`` default of :meth:`StateMachine.result`: no output was produced by this call.
+_NO_OUTPUT: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,20 +172,43 @@ class StateMachine:
         return self.wall() - record.first_dispatched_at.timestamp() < retention
 
     def result(
-        self, call: Call, record: OperationRecord, *, replayed: bool, reason: str | None = None
+        self,
+        call: Call,
+        record: OperationRecord,
+        *,
+        replayed: bool,
+        reason: str | None = None,
+        live: Any = _NO_OUTPUT,
     ) -> EffectResult[Any]:
-        """The caller's view of ``record``; the output is decoded only when it is CONFIRMED."""
+        """The caller's view of ``record``; the output is decoded only when it is CONFIRMED.
+
+        A CONFIRMED operation whose output was not stored raises
+        :class:`OutputNotStored` instead, with ``live`` (the output just
+        produced) when there is one.
+        """
+        mark = not_stored(record)
         confirmed = record.status is EffectStatus.CONFIRMED
-        return EffectResult(
+        result = EffectResult(
             status=record.status,
             operation_id=record.operation_id,
-            output=decode(call.contract, record) if confirmed else None,
+            output=decode(call.contract, record) if confirmed and mark is None else None,
             provider_operation_id=record.provider_operation_id,
             attempts=record.attempts,
             replayed=replayed,
             evidence=record.evidence,
             reason=reason or record.reason,
         )
+        if mark is not None:
+            raise OutputNotStored(
+                result,
+                reason=str(mark.get("reason")),
+                path=str(mark.get("path", "$")),
+                type_name=str(mark.get("type", "?")),
+                output=None if live is _NO_OUTPUT else live,
+                has_output=live is not _NO_OUTPUT,
+                **({"hint": str(mark["hint"])} if "hint" in mark else {}),
+            )
+        return result
 
     def lease(self, call: Call, token: str) -> Lease:
         """A lease for ``token``, owned by this process, for the contract's lease length."""
@@ -387,18 +417,24 @@ class StateMachine:
             if outcome.kind is Outcome.RETURNED:
                 stored = store(call.contract, outcome.value)
                 if isinstance(stored, Stored):
+                    # An output that cannot be stored still confirms: the handler returned.
                     changes = Changes(
                         EffectStatus.CONFIRMED,
                         lease=None,
                         output_json=stored.json,
                         provider_operation_id=stored.provider_operation_id,
-                        reason=None,
+                        reason=stored.note,
+                        evidence=stored.evidence(record.evidence),
                     )
                     event = EventDraft(
-                        EventType.CONFIRMED, dispatched, EffectStatus.CONFIRMED, attempt
+                        EventType.CONFIRMED,
+                        dispatched,
+                        EffectStatus.CONFIRMED,
+                        attempt,
+                        stored.evidence({}),
                     )
                     confirmed = yield self.write(call, fence, changes, event)
-                    return self.result(call, confirmed, replayed=False)
+                    return self.result(call, confirmed, replayed=False, live=outcome.value)
                 reason = stored
             elif outcome.kind is Outcome.REJECTED:
                 error = outcome.error
@@ -491,6 +527,8 @@ class StateMachine:
         }
         if isinstance(stored, str):
             evidence["unconfirmable"] = stored
+        elif stored is not None:
+            evidence = stored.evidence(evidence)
         reconciling = EffectStatus.RECONCILING
         attempt = record.attempts
         fence = Expect(lease_token=token)
@@ -502,7 +540,7 @@ class StateMachine:
                 lease=None,
                 output_json=stored.json,
                 provider_operation_id=probe.provider_operation_id or stored.provider_operation_id,
-                reason=decision.reason,
+                reason=stored.note or decision.reason,
                 evidence=evidence,
                 overlap=(),
             )
@@ -555,4 +593,5 @@ class StateMachine:
             return self.result(call, current, replayed=False)
         if decision.verdict is Verdict.RETRY:
             return written
-        return self.result(call, written, replayed=False)
+        live = probe.output if probe is not None and decision.verdict is Verdict.CONFIRM else None
+        return self.result(call, written, replayed=False, live=live)
