@@ -28,6 +28,7 @@ from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap
 from effectguard.executor.outputs import Stored, decode, jsonable, not_stored, store
+from effectguard.executor.peers import PeerWait
 from effectguard.executor.reconcile import Verdict, decide
 from effectguard.fingerprint import redact_arguments
 from effectguard.ledger.protocol import (
@@ -106,36 +107,6 @@ class PauseStep:
 
 Step = LedgerStep | HandlerStep | ProbeStep | PauseStep
 Machine = Generator[Step, Any, EffectResult[Any]]
-
-#: Longest pause between two reads while waiting for a peer: the backoff stops growing here.
-_MAX_PEER_POLL = 0.5
-
-
-class _PeerWait:
-    """The pauses of one call waiting for a peer: doubling from ``first``, within ``seconds``.
-
-    The wait ends when ``seconds`` have passed on the monotonic clock, or on the
-    injected clock when there is one: a test moves its clock instead of sleeping,
-    and a clock that never moves still cannot make a call wait forever.
-    """
-
-    def __init__(self, seconds: float, clock: Callable[[], float] | None, first: float) -> None:
-        self.seconds = seconds
-        self._clock = clock
-        self._started = None if clock is None else clock()
-        self._deadline = time.monotonic() + seconds
-        self._pause = max(first, 0.001)
-
-    def next_pause(self) -> float | None:
-        """The next pause, or None when the wait is over."""
-        remaining = self._deadline - time.monotonic()
-        if self._clock is not None and self._started is not None:
-            remaining = min(remaining, self.seconds - (self._clock() - self._started))
-        if remaining <= 0:
-            return None
-        pause = min(self._pause, remaining)
-        self._pause = min(self._pause * 2, max(_MAX_PEER_POLL, self._pause))
-        return pause
 
 
 class StateMachine:
@@ -231,7 +202,7 @@ class StateMachine:
     def run(self, call: Call) -> Machine:
         """Drive ``call`` from its first read to the result its caller receives."""
         ledger = self.ledger
-        waiting = _PeerWait(call.wait_seconds, self._clock, self.poll_interval)
+        waiting = PeerWait(call.wait_seconds, self._clock, self.poll_interval)
         # Replaying a terminal operation is a plain read: no write lock is taken.
         record: OperationRecord | None = yield LedgerStep(
             lambda: ledger.get(call.operation_id, now=self.now())
