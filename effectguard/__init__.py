@@ -33,6 +33,7 @@ __all__ = [
     "LedgerUnavailableError",
     "OperationConflictError",
     "OutcomeProbeResult",
+    "OutputNotStored",
     "ProbeStatus",
     "SQLiteEffectLedger",
     "call_scope",
@@ -105,6 +106,7 @@ _EXPORTS: dict[str, str] = {
     "LedgerUnavailableError": "effectguard.errors",
     "OperationConflictError": "effectguard.errors",
     "OperationNotFoundError": "effectguard.errors",
+    "OutputNotStored": "effectguard.errors",
 }
 
 #: What ``__version__`` is when the package's metadata is missing (run from a bare source tree).
@@ -145,6 +147,7 @@ if TYPE_CHECKING:
     from effectguard.errors import LedgerUnavailableError as LedgerUnavailableError
     from effectguard.errors import OperationConflictError as OperationConflictError
     from effectguard.errors import OperationNotFoundError as OperationNotFoundError
+    from effectguard.errors import OutputNotStored as OutputNotStored
     from effectguard.executor import EffectExecutor as EffectExecutor
     from effectguard.executor import Observer as Observer
     from effectguard.executor import Transition as Transition

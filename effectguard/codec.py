@@ -1,51 +1,91 @@
 """Output codecs: outputs that are not plain JSON, stored losslessly and replayed as themselves.
 
-The ledger stores outputs as canonical JSON. A tool returning a dataclass or a
-pydantic model names a codec (or lets ``@effect`` infer one from its return
-annotation) so that a replay returns an equal object of the same type, not a
-dict. A codec refuses, when it is made, a type it cannot store losslessly: the
-alternative is finding out after the provider committed the effect, when an
-unstorable output leaves the operation unconfirmed.
+The ledger stores outputs as canonical JSON. A tool's return annotation says
+what a replay must rebuild: ``@effect`` infers a codec from it (a dataclass, a
+pydantic model, ``datetime``, ``dict[str, Decimal]``…), or a tool names one, so
+that a replay returns an equal value of the same type, not its JSON. A codec
+refuses, when it is made, a type it cannot store losslessly: the alternative is
+finding out after the provider committed the effect. Where no annotation says
+(``-> dict``, ``Any``), the default codec of :mod:`effectguard.codec_tags`
+stores standard types with tags.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import json
 import sys
 import types
 import typing
 import uuid
-from collections.abc import Callable
-from datetime import date, datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any, Generic, Literal, TypeVar, Union
 
+from effectguard.codec_tags import TAGGED, Unstorable, b64, unb64
 from effectguard.contract import OutputCodec
 from effectguard.errors import ConfigurationError
 
-__all__ = ["DataclassCodec", "PydanticCodec", "codec_for"]
+__all__ = ["AnnotationCodec", "DataclassCodec", "PydanticCodec", "codec_for"]
 
 T = TypeVar("T")
 
 _Encode = Callable[[Any], Any]
 _Decode = Callable[[Any], Any]
+_Pair = tuple[_Encode, _Decode]
 
 
 def _identity(value: Any) -> Any:
     return value
 
 
-_IDENTITY = (_identity, _identity)
-_SCALARS = (str, int, float, bool, type(None))
+_IDENTITY: _Pair = (_identity, _identity)
+_TAGGED: _Pair = (TAGGED.encode, TAGGED.decode)
+_SCALARS = (str, int, float, bool, type(None), None)
+#: Annotations that say nothing of the value's type: the default (tagging) codec stores them.
+_UNTYPED = (Any, object, dict, list, Mapping, Sequence)
 #: Types stored as their string form and rebuilt from it.
 _TEXT: dict[type, _Decode] = {
     datetime: datetime.fromisoformat,
     date: date.fromisoformat,
+    time: time.fromisoformat,
     Decimal: Decimal,
     uuid.UUID: uuid.UUID,
 }
+
+
+def _checked(tp: type, encode: _Encode) -> _Encode:
+    """``encode``, refusing a value that is not a ``tp``: it would not come back as itself."""
+
+    def check(value: Any) -> Any:
+        if not isinstance(value, tp):
+            detail = f"is a {type(value).__qualname__}, not the {tp.__qualname__} annotated"
+            raise Unstorable("", value, detail)
+        return encode(value)
+
+    return check
+
+
+def _at(step: str, encode: _Encode) -> _Encode:
+    """``encode`` for the part at ``step`` (``.field``): its failures name that path."""
+
+    def at(value: Any) -> Any:
+        try:
+            return encode(value)
+        except Unstorable as exc:
+            raise exc.under(step) from None
+
+    return at
+
+
+def _each(encode: _Encode) -> Callable[[Any], list[Any]]:
+    def each(values: Any) -> list[Any]:
+        return [_at(f"[{i}]", encode)(item) for i, item in enumerate(values)]
+
+    return each
 
 
 class _Fields:
@@ -57,8 +97,8 @@ class _Fields:
 
     def encode(self, value: Any) -> Any:
         if type(value) is not self.cls:
-            msg = f"expected a {self.cls.__qualname__}, got a {type(value).__qualname__}"
-            raise TypeError(msg)
+            detail = f"is a {type(value).__qualname__}, not the {self.cls.__qualname__} annotated"
+            raise Unstorable("", value, detail)
         return {name: enc(getattr(value, name)) for name, enc, _ in self.fields}
 
     def decode(self, data: Any) -> Any:
@@ -68,48 +108,78 @@ class _Fields:
 class _Converters:
     """Builds an (encode, decode) pair for a type annotation, refusing what it cannot store."""
 
-    def __init__(self, root: type) -> None:
+    def __init__(self, root: Any) -> None:
         self.root = root
         self.dataclasses: dict[type, _Fields] = {}
 
     def refuse(self, tp: Any, where: str) -> ConfigurationError:
+        root = getattr(self.root, "__qualname__", None) or repr(self.root)
         msg = (
-            f"DataclassCodec({self.root.__qualname__}): {where} is {tp!r}, which it cannot "
-            "store losslessly; use PydanticCodec or a codec of your own"
+            f"the output codec for {root}: {where} is {tp!r}, which it cannot store "
+            "losslessly; use PydanticCodec or a codec of your own"
         )
         return ConfigurationError(msg)
 
-    def build(self, tp: Any, where: str) -> tuple[_Encode, _Decode]:
-        if tp is Any or tp is object or tp in _SCALARS:
+    def build(self, tp: Any, where: str) -> _Pair:
+        if tp in _SCALARS:
             return _IDENTITY
+        if tp in _UNTYPED:
+            return _TAGGED
         if isinstance(tp, type) and tp in _TEXT:
-            return str, _TEXT[tp]
+            return _checked(tp, str), _TEXT[tp]
+        if tp is bytes:
+            return _checked(bytes, b64), unb64
         if isinstance(tp, type) and issubclass(tp, enum.Enum):
-            return (lambda value: value.value), tp
+            return _checked(tp, lambda value: value.value), tp
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             fields = self.dataclass(tp)
             return fields.encode, fields.decode
+        if _is_pydantic_model(tp):
+            model: PydanticCodec[Any] = PydanticCodec(tp)
+            return model.encode, model.decode
+        if typing.is_typeddict(tp):
+            return self.typeddict(tp, where)
         origin, args = typing.get_origin(tp), typing.get_args(tp)
-        if origin is Literal or tp in (list, dict, tuple):
+        if origin is Literal:
             return _IDENTITY
+        if tp is tuple:
+            return (lambda v: TAGGED.encode(list(v))), (lambda v: tuple(TAGGED.decode(v)))
         if origin is Union or origin is types.UnionType:
             return self.union(tp, args, where)
-        if origin is list:
+        if origin in (list, Sequence) and args:
             enc, dec = self.build(args[0], f"{where}[]")
-            return (lambda v: [enc(x) for x in v]), (lambda v: [dec(x) for x in v])
+            return _each(enc), (lambda v: [dec(x) for x in v])
         if origin is tuple:
             return self.tuple(args, where)
-        if origin is dict and args and args[0] is str:
+        if origin in (dict, Mapping) and args and args[0] is str:
             enc, dec = self.build(args[1], f"{where}[]")
             return (
-                (lambda v: {k: enc(x) for k, x in v.items()}),
+                (lambda v: {k: _at(f".{k}", enc)(x) for k, x in v.items()}),
                 (lambda v: {k: dec(x) for k, x in v.items()}),
             )
         raise self.refuse(tp, where)
 
-    def union(self, tp: Any, args: tuple[Any, ...], where: str) -> tuple[_Encode, _Decode]:
+    def typeddict(self, tp: Any, where: str) -> _Pair:
+        hints = typing.get_type_hints(tp)
+        pairs = {key: self.build(hint, f"{where}.{key}") for key, hint in hints.items()}
+
+        def encode(value: Any) -> Any:
+            return {
+                key: _at(f".{key}", pairs[key][0] if key in pairs else TAGGED.encode)(item)
+                for key, item in value.items()
+            }
+
+        def decode(data: Any) -> Any:
+            return {
+                key: (pairs[key][1] if key in pairs else TAGGED.decode)(item)
+                for key, item in data.items()
+            }
+
+        return encode, decode
+
+    def union(self, tp: Any, args: tuple[Any, ...], where: str) -> _Pair:
         others = [arg for arg in args if arg is not type(None)]
-        if all(arg in _SCALARS or arg is Any for arg in others):
+        if all(arg in _SCALARS for arg in others):
             return _IDENTITY
         if len(others) == 1:
             enc, dec = self.build(others[0], where)
@@ -119,15 +189,19 @@ class _Converters:
             )
         raise self.refuse(tp, where)
 
-    def tuple(self, args: tuple[Any, ...], where: str) -> tuple[_Encode, _Decode]:
+    def tuple(self, args: tuple[Any, ...], where: str) -> _Pair:
         if len(args) == 2 and args[1] is Ellipsis:  # noqa: PLR2004 - tuple[X, ...]
             enc, dec = self.build(args[0], f"{where}[]")
-            return (lambda v: [enc(x) for x in v]), (lambda v: tuple(dec(x) for x in v))
+            return _each(enc), (lambda v: tuple(dec(x) for x in v))
         pairs = [self.build(arg, f"{where}[{i}]") for i, arg in enumerate(args)]
-        return (
-            (lambda v: [enc(x) for (enc, _), x in zip(pairs, v, strict=True)]),
-            (lambda v: tuple(dec(x) for (_, dec), x in zip(pairs, v, strict=True))),
-        )
+
+        def encode(value: Any) -> Any:
+            if len(value) != len(pairs):
+                detail = f"has {len(value)} items, not the {len(pairs)} annotated"
+                raise Unstorable("", value, detail)
+            return [_at(f"[{i}]", enc)(x) for i, ((enc, _), x) in enumerate(zip(pairs, value))]  # noqa: B905 - lengths checked above
+
+        return encode, (lambda v: tuple(dec(x) for (_, dec), x in zip(pairs, v, strict=True)))
 
     def dataclass(self, cls: type) -> _Fields:
         known = self.dataclasses.get(cls)
@@ -142,18 +216,19 @@ class _Converters:
         for field in dataclasses.fields(cls):
             if field.init:  # fields outside __init__ are rebuilt by the class itself
                 enc, dec = self.build(hints[field.name], f"{cls.__qualname__}.{field.name}")
-                fields.fields.append((field.name, enc, dec))
+                fields.fields.append((field.name, _at(f".{field.name}", enc), dec))
         return fields
 
 
 class DataclassCodec(Generic[T]):
     """Stores instances of one dataclass as JSON objects and rebuilds equal ones on replay.
 
-    Field types may be JSON scalars, ``Any``, ``Literal``, enums (by value),
-    ``datetime``, ``date``, ``Decimal`` and ``UUID`` (as text), nested
-    dataclasses, ``list[X]``, ``tuple[X, ...]``, ``tuple[X, Y]``,
-    ``dict[str, X]`` and ``X | None``. Any other field type is a
-    :class:`ConfigurationError` when the codec is made. Only fields that
+    Field types may be JSON scalars, ``Any`` (stored by the default codec),
+    ``Literal``, enums (by value), ``datetime``, ``date``, ``time``,
+    ``Decimal`` and ``UUID`` (as text), ``bytes`` (base64), nested dataclasses
+    and pydantic models, TypedDicts, ``list[X]``, ``tuple[X, ...]``,
+    ``tuple[X, Y]``, ``dict[str, X]`` and ``X | None``. Any other field type is
+    a :class:`ConfigurationError` when the codec is made. Only fields that
     ``__init__`` takes are stored.
     """
 
@@ -175,6 +250,29 @@ class DataclassCodec(Generic[T]):
         """Return the instance :meth:`encode` stored as ``data``."""
         value: T = self._fields.decode(data)
         return value
+
+
+class AnnotationCodec:
+    """Stores values of an annotated type (``datetime``, ``dict[str, Decimal]``…) losslessly.
+
+    Takes the types :class:`DataclassCodec` takes for fields. Refuses, when it
+    is made, an annotation it cannot store: :class:`ConfigurationError`.
+    """
+
+    def __init__(self, annotation: Any) -> None:
+        self.type = annotation
+        self._encode, self._decode = _Converters(annotation).build(annotation, "the output")
+
+    def __repr__(self) -> str:
+        return f"AnnotationCodec({self.type!r})"
+
+    def encode(self, output: Any) -> Any:
+        """Return the JSON data for ``output``; ``TypeError`` naming the part that does not fit."""
+        return self._encode(output)
+
+    def decode(self, data: Any) -> Any:
+        """Return the value :meth:`encode` stored as ``data``."""
+        return self._decode(data)
 
 
 class PydanticCodec(Generic[T]):
@@ -203,8 +301,8 @@ class PydanticCodec(Generic[T]):
     def encode(self, output: T) -> Any:
         """Return the JSON form of ``output``; ``TypeError`` if a model output is another type."""
         if isinstance(self.type, type) and not isinstance(output, self.type):
-            msg = f"expected a {self.type.__qualname__}, got a {type(output).__qualname__}"
-            raise TypeError(msg)
+            detail = f"is a {type(output).__qualname__}, not the {self.type.__qualname__} annotated"
+            raise Unstorable("", output, detail)
         return self._adapter.dump_python(output, mode="json")
 
     def decode(self, data: Any) -> T:
@@ -220,13 +318,22 @@ def _is_pydantic_model(tp: Any) -> bool:
 
 
 def codec_for(tp: Any) -> OutputCodec[Any] | None:
-    """Return the codec for outputs of type ``tp``, or None when plain JSON needs none.
+    """Return the codec for outputs of type ``tp``, or None when the default codec does.
 
     A dataclass gets a :class:`DataclassCodec`, a pydantic model a
-    :class:`PydanticCodec`; any other type gets None.
+    :class:`PydanticCodec`, any other annotation naming a type JSON cannot
+    say (``datetime``, ``dict[str, Decimal]``, ``tuple[int, str]``…) an
+    :class:`AnnotationCodec`. JSON scalars and untyped annotations (``dict``,
+    ``Any``, none at all) get None: the default codec stores them, with tags.
+    An annotation no codec can store is a :class:`ConfigurationError`.
     """
+    if tp is None or tp is inspect.Signature.empty:
+        return None
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return DataclassCodec(tp)
     if _is_pydantic_model(tp):
         return PydanticCodec(tp)
-    return None
+    pair = _Converters(tp).build(tp, "the output")
+    if pair is _IDENTITY or pair is _TAGGED:
+        return None
+    return AnnotationCodec(tp)

@@ -122,12 +122,16 @@ def configure(
     *,
     executor: EffectExecutor | None = None,
     clock: Callable[[], float] | None = None,
+    wait_for_peer: float | None = None,
 ) -> Configuration:
     """Set the executor every decorated tool uses when none is given or lent.
 
     ``ledger`` is a SQLite file path, a ``postgresql://`` URL or a ledger
     object; alternatively pass a ready ``executor``. ``clock`` (epoch seconds)
-    goes to the executor made for ``ledger``. The returned
+    and ``wait_for_peer`` (seconds a decorated tool waits for an identical
+    call already dispatching, unless its ``@effect`` says; 30 when unset) go
+    to the executor made for ``ledger``. A ledger that can never work (an
+    unknown URL scheme, a missing directory) is refused here. The returned
     :class:`Configuration` restores the previous default when used as a
     context manager or when :meth:`Configuration.restore` is called.
     """
@@ -143,15 +147,22 @@ def configure(
         if not isinstance(executor, EffectExecutor):
             msg = f"executor must be an EffectExecutor, not {type(executor).__name__}"
             raise TypeError(msg)
-        if clock is not None:
-            msg = "configure(clock=...) applies to the executor made for ledger=; give it to yours"
-            raise ConfigurationError(msg)
+        for given, name in ((clock, "clock"), (wait_for_peer, "wait_for_peer")):
+            if given is not None:
+                msg = (
+                    f"configure({name}=...) applies to the executor made for ledger=; "
+                    "give it to yours"
+                )
+                raise ConfigurationError(msg)
     else:
         if ledger is None:
             msg = "configure() got neither ledger= nor executor= past its check"
             raise InternalError(msg)
+        if wait_for_peer is not None and not wait_for_peer >= 0:
+            msg = f"configure(wait_for_peer=...) must be >= 0 seconds, not {wait_for_peer!r}"
+            raise ConfigurationError(msg)
         owns_ledger = not isinstance(ledger, EffectLedger)
-        executor = EffectExecutor(open_ledger(ledger), clock=clock)
+        executor = EffectExecutor(open_ledger(ledger), clock=clock, wait_for_peer=wait_for_peer)
     configuration = Configuration(executor, owns_ledger=owns_ledger)
     with _lock:
         _stack.append(configuration)

@@ -99,6 +99,9 @@ class EffectContract:
     documentation that a resend with that key never creates a second effect
     (within ``provider_key_retention_seconds`` of the first dispatch). Without it,
     an uncertain outcome is retried only on a probe's authoritative NOT_COMMITTED.
+    ``wait_for_peer`` is how long a call that finds another worker dispatching
+    the same operation waits for its outcome and replays it; None leaves it to
+    the call and the executor (see :meth:`EffectExecutor.execute`).
     """
 
     name: str
@@ -117,6 +120,7 @@ class EffectContract:
     redact: frozenset[str] = field(default_factory=frozenset)
     codec: OutputCodec[Any] | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    wait_for_peer: float | None = None
 
     def __post_init__(self) -> None:
         # The one place a contract's settings are checked: @effect passes its options here.
@@ -182,6 +186,9 @@ class EffectContract:
             callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))
         ):
             problems.append(f"codec must be an OutputCodec (encode and decode), not {codec!r}")
+        wait = self.wait_for_peer
+        if wait is not None and not (wait == 0 or _positive(wait)):
+            problems.append(f"wait_for_peer must be >= 0 seconds or None, not {wait!r}")
         return problems
 
     def identity(self, arguments: Arguments) -> tuple[str, str | None]:

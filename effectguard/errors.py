@@ -8,6 +8,7 @@
     ├── InvalidRequestError (ValueError)         a request is malformed (missing audit field…)
     ├── OperationConflictError                   same operation id, different request
     ├── EffectRejected                           reliable evidence that the effect did not happen
+    ├── OutputNotStored                          the effect happened; its output could not be stored
     ├── EffectNotConfirmed                       the effect is not confirmed; carries .result
     │   ├── EffectOutcomeUnknown                 it may or may not have happened
     │   ├── EffectQuarantined                    an operator must resolve it
@@ -41,7 +42,7 @@ call to re-issue. The runtime's exceptions are exported from
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ __all__ = [
     "LedgerUnavailableError",
     "OperationConflictError",
     "OperationNotFoundError",
+    "OutputNotStored",
     "RunExistsError",
     "RunNotFoundError",
     "RuntimeStateError",
@@ -113,14 +115,22 @@ class OperationConflictError(EffectGuardError):
     request is a programming error, never a reason to send again.
     """
 
-    def __init__(self, operation_id: str, stored: str, requested: str) -> None:
+    def __init__(
+        self, operation_id: str, stored: str, requested: str, differences: Sequence[str] = ()
+    ) -> None:
         self.operation_id = operation_id
         self.stored_fingerprint = stored
         self.requested_fingerprint = requested
+        #: One line per difference found (``"amount_cents: stored 1000, this call 2500"``).
+        self.differences = tuple(differences)
+        what = (
+            "; ".join(self.differences)
+            if self.differences
+            else f"stored fingerprint {stored[:12]}…, this call {requested[:12]}…"
+        )
         super().__init__(
             f"operation {operation_id!r} is already recorded with a different request "
-            f"(stored fingerprint {stored[:12]}…, this call {requested[:12]}…); "
-            "use a new operation id for a different request"
+            f"({what}); use a new operation id for a different request"
         )
 
 
@@ -144,6 +154,46 @@ class EffectRejected(EffectGuardError):
         self.evidence: dict[str, Any] = dict(evidence or {})
         self.result = result
         super().__init__(reason)
+
+
+class OutputNotStored(EffectGuardError):
+    """The effect happened (the operation is CONFIRMED), but its output could not be stored.
+
+    The codec could not encode it, or it was over ``max_output_bytes``. It is
+    never sent again. ``output`` is the handler's (or the probe's) live output
+    on the call that produced it, and None on every replay, which has nothing
+    to return; ``has_output`` tells the two apart. ``path`` and ``type_name``
+    name the part that failed (``$.when``, ``datetime``); ``result`` is the
+    CONFIRMED :class:`EffectResult`.
+    """
+
+    def __init__(
+        self,
+        result: EffectResult[Any],
+        *,
+        reason: str,
+        path: str,
+        type_name: str,
+        output: Any = None,
+        has_output: bool = False,
+        hint: str = "return JSON-encodable values or annotate the return type",
+    ) -> None:
+        self.result = result
+        self.operation_id = result.operation_id
+        self.reason = reason
+        self.path = path
+        self.type_name = type_name
+        self.output = output
+        self.has_output = has_output
+        then = (
+            "this error's .output holds it now, and a replay will not return it"
+            if has_output
+            else "a replay cannot return it; the effect will not be sent again"
+        )
+        super().__init__(
+            f"operation {result.operation_id!r} is CONFIRMED (the effect happened), but its "
+            f"output was not stored: {reason}; {then}. To store such outputs, {hint}"
+        )
 
 
 class EffectNotConfirmed(EffectGuardError):

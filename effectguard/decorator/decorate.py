@@ -256,6 +256,7 @@ def effect(
     executor: EffectExecutor | None = None,
     provider_key_retention: float | timedelta | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    wait_for_peer: float | timedelta | None = None,
 ) -> EffectDecorator:
     """Guard a tool function's side effect with an :class:`EffectContract`.
 
@@ -286,6 +287,13 @@ def effect(
     qualified name: set it to keep operations matching across a rename.
     ``max_output_bytes`` bounds the stored output (its JSON text); a larger
     output cannot confirm the operation.
+
+    ``wait_for_peer`` (seconds or a timedelta) is how long a call that finds
+    another worker dispatching the same operation (an identical call running
+    in parallel, as agent frameworks run one turn's tool calls) waits for its
+    outcome and returns it; only then does it raise :class:`EffectInProgress`.
+    Unset, it is the executor's ``wait_for_peer`` (see :func:`configure`), else
+    :data:`DEFAULT_WAIT_FOR_PEER` (30 seconds). ``wait_for_peer=0`` never waits.
     """
     # Every parameter above, by name: the signature is the one list of the options.
     return EffectDecorator(Options.from_keywords(locals()))

@@ -39,10 +39,16 @@ from effectguard.errors import (
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectResult, EffectStatus
 
-__all__ = ["AS_RESULT", "Tool", "outcome_of"]
+__all__ = ["AS_RESULT", "DEFAULT_WAIT_FOR_PEER", "Tool", "outcome_of"]
 
 #: The keyword by which ``execute()`` asks, through wrapt's own binding, for the result.
 AS_RESULT = "__effectguard_as_result__"
+
+#: Seconds a decorated tool waits for an identical call already dispatching (a peer)
+#: when neither ``@effect`` nor the executor says: long enough for a typical provider
+#: call, so parallel identical calls share one dispatch, and bounded, so a stuck peer
+#: still ends in EffectInProgress.
+DEFAULT_WAIT_FOR_PEER = 30.0
 
 
 def _seconds(value: Any) -> Any:
@@ -69,12 +75,24 @@ def _return_annotation(func: Any) -> Any:
 def _codec(given: OutputCodec[Any] | type | None, func: Any, tool: str) -> OutputCodec[Any] | None:
     """Return the codec ``given`` (a codec or a type) names, else the one the annotation implies."""
     if given is None:
-        return codec_for(_return_annotation(func))
+        annotation = _return_annotation(func)
+        try:
+            return codec_for(annotation)
+        except ConfigurationError as exc:
+            msg = (
+                f"{tool}: its outputs could never be stored, so a replay could not return "
+                f"them: {exc}. Annotate the return type with a JSON or standard type "
+                "(dict, datetime, Decimal, a dataclass…), or pass codec="
+            )
+            raise ConfigurationError(msg) from exc
     if not isinstance(given, type):
         return given
     codec = codec_for(given)
     if codec is None:
-        msg = f"{tool}: codec={given!r} is not a dataclass or a pydantic model"
+        msg = (
+            f"{tool}: codec={given!r} is not a dataclass or a pydantic model, and "
+            "the default codec already stores it"
+        )
         raise ConfigurationError(msg)
     return codec
 
@@ -177,7 +195,7 @@ class Tool:
         fields.update(_identity(fields, shape))
         if isinstance(fields["provider_operation_id"], str):
             fields["provider_operation_id"] = _field(fields["provider_operation_id"])
-        for name in DURATION_FIELDS:
+        for name in (*DURATION_FIELDS, "wait_for_peer"):
             fields[name] = _seconds(fields[name])
         fields["codec"] = _codec(fields["codec"], raw, tool)
         try:
@@ -244,9 +262,16 @@ class Tool:
             contract = dataclasses.replace(contract, outcome_probe=self._probe_adapter(instance))
         handler = self._handler(wrapped, instance)
         executor = resolve_executor(self.executor, self.contract.name)
+        wait = next(
+            w
+            for w in (contract.wait_for_peer, executor.wait_for_peer, DEFAULT_WAIT_FOR_PEER)
+            if w is not None
+        )
         if self.is_async:
-            return _run_async(executor, contract, arguments, handler, as_result=as_result)
-        result = executor.execute(contract, arguments, handler)
+            return _run_async(
+                executor, contract, arguments, handler, as_result=as_result, wait=wait
+            )
+        result = executor.execute(contract, arguments, handler, wait_for_peer=wait)
         return result if as_result else outcome_of(result)
 
 
@@ -257,8 +282,9 @@ async def _run_async(
     handler: Callable[..., Any],
     *,
     as_result: bool,
+    wait: float,
 ) -> Any:
-    result = await executor.execute_async(contract, arguments, handler)
+    result = await executor.execute_async(contract, arguments, handler, wait_for_peer=wait)
     return result if as_result else outcome_of(result)
 
 

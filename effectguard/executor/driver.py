@@ -56,7 +56,10 @@ class EffectExecutor:
     executor's for key retention, so tests need not sleep. ``observers`` are
     told of every transition and every result of the calls this executor
     runs (see :mod:`effectguard.executor.observe`), after the executor's own
-    log lines and before the observers of the call's context.
+    log lines and before the observers of the call's context. ``wait_for_peer``
+    is how long a call waits for another worker dispatching the same
+    operation when neither the call nor its contract says (None: not at all
+    for :meth:`execute`; decorated tools then use their own default).
     """
 
     def __init__(
@@ -66,8 +69,10 @@ class EffectExecutor:
         clock: Callable[[], float] | None = None,
         poll_interval: float = 0.05,
         observers: Iterable[Observer] = (),
+        wait_for_peer: float | None = None,
     ) -> None:
         self.ledger = ledger
+        self.wait_for_peer = _check_wait("wait_for_peer", wait_for_peer)
         self._states = StateMachine(ledger, clock, poll_interval)
         self._observers: tuple[Observer, ...] = ()
         for observer in observers:
@@ -86,7 +91,7 @@ class EffectExecutor:
 
     @property
     def poll_interval(self) -> float:
-        """Seconds between reads while ``wait_seconds`` waits for another worker."""
+        """Seconds before the first re-read while waiting for a peer; later waits back off."""
         return self._states.poll_interval
 
     def __repr__(self) -> str:
@@ -100,7 +105,8 @@ class EffectExecutor:
         arguments: Mapping[str, Any],
         handler: Handler,
         *,
-        wait_seconds: float = 0.0,
+        wait_for_peer: float | None = None,
+        wait_seconds: float | None = None,
     ) -> EffectResult[Any]:
         """Run ``handler`` for ``arguments`` under ``contract``, at most once per operation.
 
@@ -109,13 +115,17 @@ class EffectExecutor:
         (``TypeError``), an invalid contract (:class:`ConfigurationError`) or a
         ledger failure (:class:`LedgerUnavailableError`), in which case nothing
         is ever dispatched again on the strength of the missing record.
-        ``wait_seconds`` waits that long for another worker holding the
-        operation to finish, then replays its outcome.
+        A call that finds another worker dispatching the operation (a live
+        lease) waits up to ``wait_for_peer`` seconds for its outcome, polling
+        with backoff, and replays it; after that it returns the DISPATCHED
+        result ("another worker is handling it"). The wait is the first of
+        ``wait_for_peer``, the contract's, the executor's that is set, else 0.
+        ``wait_seconds`` is the earlier name of ``wait_for_peer``.
         """
         if inspect.iscoroutinefunction(handler):
             msg = "handler is a coroutine function; use execute_async"
             raise TypeError(msg)
-        call = self._prepare(contract, arguments, handler, wait_seconds)
+        call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
         machine = self._states.run(call)
         value: Any = None
         error: BaseException | None = None
@@ -137,7 +147,8 @@ class EffectExecutor:
         arguments: Mapping[str, Any],
         handler: Handler,
         *,
-        wait_seconds: float = 0.0,
+        wait_for_peer: float | None = None,
+        wait_seconds: float | None = None,
     ) -> EffectResult[Any]:
         """Like :meth:`execute`, for async or sync handlers and probes.
 
@@ -145,7 +156,7 @@ class EffectExecutor:
         handler that passes its timeout is cancelled and awaited until it has
         stopped, so it leaves no overlap risk; a sync one runs in a thread and does.
         """
-        call = self._prepare(contract, arguments, handler, wait_seconds)
+        call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
         machine = self._states.run(call)
         value: Any = None
         error: BaseException | None = None
@@ -271,7 +282,8 @@ class EffectExecutor:
         contract: EffectContract,
         arguments: Mapping[str, Any],
         handler: Handler,
-        wait_seconds: float,
+        wait_for_peer: float | None,
+        wait_seconds: float | None = None,
     ) -> Call:
         if not isinstance(contract, EffectContract):
             msg = f"contract must be an EffectContract, not {type(contract).__name__}"
@@ -282,9 +294,14 @@ class EffectExecutor:
         if not isinstance(arguments, Mapping):
             msg = f"arguments must be a mapping of parameter names, not {type(arguments).__name__}"
             raise TypeError(msg)
-        if not wait_seconds >= 0:
-            msg = f"wait_seconds must be >= 0, not {wait_seconds!r}"
-            raise ValueError(msg)
+        if wait_for_peer is not None and wait_seconds is not None:
+            msg = "pass wait_for_peer= or its older name wait_seconds=, not both"
+            raise TypeError(msg)
+        given = wait_for_peer if wait_seconds is None else wait_seconds
+        given = _check_wait("wait_for_peer", given)
+        wait = next(
+            (w for w in (given, contract.wait_for_peer, self.wait_for_peer) if w is not None), 0.0
+        )
         arguments = dict(arguments)
         operation_id, key = contract.identity(arguments)
         fingerprint = request_fingerprint(
@@ -299,10 +316,18 @@ class EffectExecutor:
             operation_id,
             key,
             fingerprint,
-            wait_seconds,
+            wait,
             secrets_of(arguments, contract.redact),
             observers,
         )
+
+
+def _check_wait(name: str, seconds: float | None) -> float | None:
+    """Return ``seconds`` if it is a wait (None or >= 0); ``ValueError`` naming ``name`` if not."""
+    if seconds is not None and not seconds >= 0:
+        msg = f"{name} must be >= 0 seconds or None, not {seconds!r}"
+        raise ValueError(msg)
+    return seconds
 
 
 async def _await(value: Any) -> Any:

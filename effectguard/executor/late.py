@@ -38,10 +38,11 @@ def record_late(
 ) -> None:
     """Record what a handler that lost its deadline or its lease finally did.
 
-    A storable return that passes the postcondition confirms any operation
-    not yet terminal: it is the effect's own acknowledgement. Anything else
-    is evidence only, and clears the overlap risk that handler carried; it
-    never changes a confirmed output. ``secrets`` are masked in what the
+    A return that passes the postcondition confirms any operation not yet
+    terminal, with its output marked not stored if it cannot be stored: it is
+    the effect's own acknowledgement. Anything else is evidence only, and
+    clears the overlap risk that handler carried; it never changes a
+    confirmed output. ``secrets`` are masked in what the
     handler's exception says; ``written`` hears of the event once it is durable.
     """
     stored = store(contract, outcome.value) if outcome.kind is Outcome.RETURNED else None
@@ -58,12 +59,15 @@ def record_late(
             "handler": scrub(outcome.describe(), secrets),
         }
         if isinstance(stored, Stored) and not record.status.terminal:
+            # An output that cannot be stored confirms too: the handler returned.
+            evidence = stored.evidence(evidence)
+            late = f"the handler of attempt {attempt} returned after its deadline"
             changes, event = to_confirmed(
                 record.status,
                 attempt,
                 output_json=stored.json,
                 provider_operation_id=stored.provider_operation_id,
-                reason=f"the handler of attempt {attempt} returned after its deadline",
+                reason=f"{late}; {stored.note}" if stored.note else late,
                 evidence=evidence,
                 event=EventType.LATE_RESULT,
             )

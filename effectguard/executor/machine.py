@@ -23,12 +23,15 @@ from effectguard.errors import (
     FencedWriteError,
     InternalError,
     OperationConflictError,
+    OutputNotStored,
 )
+from effectguard.executor.conflict import differences
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap
 from effectguard.executor.observe import Observer, Transition, notify
-from effectguard.executor.outputs import Stored, decode, jsonable, store
+from effectguard.executor.outputs import Stored, decode, jsonable, not_stored, store
+from effectguard.executor.peers import PeerWait
 from effectguard.executor.reconcile import Verdict, decide
 from effectguard.executor.redaction import scrub
 from effectguard.fingerprint import redact_arguments
@@ -62,6 +65,8 @@ __all__ = [
 ]
 
 HELD = frozenset({EffectStatus.DISPATCHED, EffectStatus.RECONCILING})
+#: ``live=`` default of :meth:`StateMachine.result`: no output was produced by this call.
+_NO_OUTPUT: Any = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +84,7 @@ class Call:
     operation_id: str
     provider_key: str | None
     fingerprint: str
+    #: How long to wait for a peer holding a live lease (``wait_for_peer``), in seconds.
     wait_seconds: float
     secrets: tuple[str, ...] = ()
     observers: tuple[Observer, ...] = ()
@@ -174,20 +180,43 @@ class StateMachine:
         return self.wall() - record.first_dispatched_at.timestamp() < retention
 
     def result(
-        self, call: Call, record: OperationRecord, *, replayed: bool, reason: str | None = None
+        self,
+        call: Call,
+        record: OperationRecord,
+        *,
+        replayed: bool,
+        reason: str | None = None,
+        live: Any = _NO_OUTPUT,
     ) -> EffectResult[Any]:
-        """The caller's view of ``record``; the output is decoded only when it is CONFIRMED."""
+        """The caller's view of ``record``; the output is decoded only when it is CONFIRMED.
+
+        A CONFIRMED operation whose output was not stored raises
+        :class:`OutputNotStored` instead, with ``live`` (the output just
+        produced) when there is one.
+        """
+        mark = not_stored(record)
         confirmed = record.status is EffectStatus.CONFIRMED
-        return EffectResult(
+        result = EffectResult(
             status=record.status,
             operation_id=record.operation_id,
-            output=decode(call.contract, record) if confirmed else None,
+            output=decode(call.contract, record) if confirmed and mark is None else None,
             provider_operation_id=record.provider_operation_id,
             attempts=record.attempts,
             replayed=replayed,
             evidence=record.evidence,
             reason=reason or record.reason,
         )
+        if mark is not None:
+            raise OutputNotStored(
+                result,
+                reason=str(mark.get("reason")),
+                path=str(mark.get("path", "$")),
+                type_name=str(mark.get("type", "?")),
+                output=None if live is _NO_OUTPUT else live,
+                has_output=live is not _NO_OUTPUT,
+                **({"hint": str(mark["hint"])} if "hint" in mark else {}),
+            )
+        return result
 
     def lease(self, call: Call, token: str) -> Lease:
         """A lease for ``token``, owned by this process, for the contract's lease length."""
@@ -217,17 +246,23 @@ class StateMachine:
     def run(self, call: Call) -> Machine:
         """Drive ``call`` from its first read to the result its caller receives.
 
-        The call's observers hear of that result, fresh or replayed.
+        The call's observers hear of that result, fresh or replayed, also when
+        it reaches the caller as :class:`OutputNotStored` (the effect happened).
         """
-        result = yield from self.drive(call)
         contract = call.contract
+        try:
+            result = yield from self.drive(call)
+        except OutputNotStored as exc:
+            told = exc.result
+            notify(call.observers, Transition.of_result(contract.name, contract.version, told))
+            raise
         notify(call.observers, Transition.of_result(contract.name, contract.version, result))
         return result
 
     def drive(self, call: Call) -> Machine:
         """The rules of :meth:`run`, without reporting the result."""
         ledger = self.ledger
-        deadline = time.monotonic() + call.wait_seconds
+        waiting = PeerWait(call.wait_seconds, self._clock, self.poll_interval)
         # Replaying a terminal operation is a plain read: no write lock is taken.
         record: OperationRecord | None = yield LedgerStep(
             lambda: ledger.get(call.operation_id, now=self.now())
@@ -247,24 +282,35 @@ class StateMachine:
                 continue
             if record.fingerprint != call.fingerprint:
                 raise OperationConflictError(
-                    call.operation_id, record.fingerprint, call.fingerprint
+                    call.operation_id,
+                    record.fingerprint,
+                    call.fingerprint,
+                    differences(
+                        record,
+                        contract=call.contract.name,
+                        version=call.contract.version,
+                        arguments=call.arguments,
+                        provider_key=call.provider_key,
+                        redact=call.contract.redact,
+                    ),
                 )
             if record.status.terminal:
                 return self.result(call, record, replayed=True)
             if record.status is EffectStatus.QUARANTINED:
                 return self.result(call, record, replayed=True)
             if record.lease_live and not abandoned(record.lease_token, record.lease_owner):
-                remaining = deadline - time.monotonic()
-                if remaining > 0:
-                    yield PauseStep(min(self.poll_interval, remaining))
+                pause = waiting.next_pause()
+                if pause is not None:
+                    yield PauseStep(pause)
                     record = yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now()))
                     continue
                 expires = record.lease_expires_at
+                waited = f"; waited {call.wait_seconds:g}s for it" if call.wait_seconds else ""
                 return self.result(
                     call,
                     record,
                     replayed=True,
-                    reason=f"another worker holds it (lease until {expires:%H:%M:%S} UTC)",
+                    reason=f"another worker holds it (lease until {expires:%H:%M:%S} UTC){waited}",
                 )
             token = secrets.token_hex(16)
             TOKENS.hold(token)
@@ -414,16 +460,17 @@ class StateMachine:
             if outcome.kind is Outcome.RETURNED:
                 stored = store(call.contract, outcome.value)
                 if isinstance(stored, Stored):
+                    # An output that cannot be stored still confirms: the handler returned.
                     changes, event = to_confirmed(
                         dispatched,
                         attempt,
                         output_json=stored.json,
                         provider_operation_id=stored.provider_operation_id,
-                        reason=None,
-                        evidence={"handler": outcome.describe()},
+                        reason=stored.note,
+                        evidence=stored.evidence({"handler": outcome.describe()}),
                     )
                     confirmed = yield self.write(call, fence, changes, event)
-                    return self.result(call, confirmed, replayed=False)
+                    return self.result(call, confirmed, replayed=False, live=outcome.value)
                 reason = scrub(stored, call.secrets)
             elif outcome.kind is Outcome.REJECTED:
                 error = outcome.error
@@ -531,6 +578,8 @@ class StateMachine:
             evidence["error"] = record.evidence["error"]
         if isinstance(stored, str):
             evidence["unconfirmable"] = scrub(stored, secrets)
+        elif stored is not None:
+            evidence = stored.evidence(evidence)
         reconciling = EffectStatus.RECONCILING
         attempt = record.attempts
         fence = Expect(lease_token=token)
@@ -543,7 +592,7 @@ class StateMachine:
                 attempt,
                 output_json=stored.json,
                 provider_operation_id=probe.provider_operation_id or stored.provider_operation_id,
-                reason=ruling.reason,
+                reason=stored.note or ruling.reason,
                 evidence=evidence,
             )
             step = self.write(call, fence, changes, event)
@@ -591,7 +640,8 @@ class StateMachine:
             return self.result(call, current, replayed=False)
         if ruling.verdict is Verdict.RETRY:
             return written
-        return self.result(call, written, replayed=False)
+        live = probe.output if probe is not None and ruling.verdict is Verdict.CONFIRM else None
+        return self.result(call, written, replayed=False, live=live)
 
 
 def _unknown_because(outcome: HandlerOutcome) -> str:

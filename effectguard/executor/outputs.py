@@ -1,4 +1,11 @@
-"""What makes an output confirmable, and how it is stored and read back."""
+"""What makes an output confirmable, and how it is stored and read back.
+
+A handler that returned did commit its effect: an output that passes the
+postcondition confirms the operation even when it cannot be stored (its codec
+cannot encode it, or it is over ``max_output_bytes``). The operation is then
+CONFIRMED with no stored output and a marker in its evidence, and every caller
+gets :class:`~effectguard.errors.OutputNotStored`.
+"""
 
 from __future__ import annotations
 
@@ -8,26 +15,58 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from effectguard.codec_tags import TAGGED, Unstorable
 from effectguard.contract import EffectContract
 from effectguard.errors import ConfigurationError
 from effectguard.fingerprint import canonical_json
-from effectguard.model import OperationRecord
+from effectguard.model import EffectStatus, OperationRecord
 
-__all__ = ["Stored", "decode", "jsonable", "store"]
+__all__ = ["NOT_STORED", "Stored", "decode", "jsonable", "not_stored", "store"]
 
 logger = logging.getLogger("effectguard")
 
 
+#: The key, in a CONFIRMED operation's evidence, that marks its output as not stored.
+NOT_STORED = "output_not_stored"
+
+
+_ENCODE_HINT = (
+    "return JSON-encodable values, or annotate the return type (e.g. -> datetime, "
+    "a dataclass) so the codec can store them"
+)
+_SIZE_HINT = "raise the tool's max_output_bytes, or return a smaller output"
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """An output that passed the postcondition and fits the ledger."""
+    """An output that passed the postcondition: the operation is confirmed.
 
-    json: str
+    ``json`` is None when the output could not be stored (the codec could not
+    encode it, or it is over ``max_output_bytes``); ``not_stored`` then says
+    where and why, and goes into the ledger row's evidence under
+    :data:`NOT_STORED`. The effect happened either way (DESIGN rule 3).
+    """
+
+    json: str | None
     provider_operation_id: str | None
+    not_stored: Mapping[str, str] | None = None
+
+    @property
+    def note(self) -> str | None:
+        """The reason recorded on a CONFIRMED operation whose output is not stored."""
+        if self.not_stored is None:
+            return None
+        return f"confirmed, output not stored: {self.not_stored['reason']}"
+
+    def evidence(self, base: Mapping[str, Any]) -> dict[str, Any]:
+        """``base``, plus the not-stored marker when there is one."""
+        if self.not_stored is None:
+            return dict(base)
+        return {**base, NOT_STORED: dict(self.not_stored)}
 
 
 def store(contract: EffectContract, output: Any) -> Stored | str:
-    """Return the output's stored form, or why it cannot be confirmed."""
+    """Return the output's stored form, or why the postcondition refuses to confirm it."""
     if contract.postcondition is not None:
         try:
             holds = bool(contract.postcondition(output))
@@ -35,29 +74,62 @@ def store(contract: EffectContract, output: Any) -> Stored | str:
             return f"the postcondition raised {type(exc).__name__}: {exc}"
         if not holds:
             return "the output fails the postcondition"
+    provider_operation_id = _provider_operation_id(contract, output)
     try:
-        data = contract.codec.encode(output) if contract.codec is not None else output
-        text = canonical_json(data)
+        codec = TAGGED if contract.codec is None else contract.codec
+        text = canonical_json(codec.encode(output))
     except Exception as exc:  # noqa: BLE001 - any encoding failure makes it unstorable
-        return f"the output cannot be stored: {exc}"
+        path, kind = _where(exc, output)
+        reason = f"{exc}" if isinstance(exc, Unstorable) else f"{path} cannot be stored: {exc}"
+        mark = {"reason": reason, "path": path, "type": kind, "hint": _ENCODE_HINT}
+        return Stored(None, provider_operation_id, mark)
     size = len(text.encode("utf-8"))
     if size > contract.max_output_bytes:
-        return f"the output is {size} bytes, over the {contract.max_output_bytes}-byte limit"
+        reason = f"the output is {size} bytes, over the {contract.max_output_bytes}-byte limit"
+        kind = type(output).__qualname__
+        mark = {"reason": reason, "path": "$", "type": kind, "hint": _SIZE_HINT}
+        return Stored(None, provider_operation_id, mark)
+    return Stored(text, provider_operation_id)
+
+
+def _where(exc: Exception, output: Any) -> tuple[str, str]:
+    """The path and type name an encoding failure is about, as precisely as it says."""
+    if isinstance(exc, Unstorable):
+        return exc.path, exc.value_type
+    text = str(exc)
+    if text.startswith("$"):  # canonical_json names the part: "$.when is a datetime, ..."
+        path = text.split(" ", 1)[0]
+        kind = text.split(" is a ", 1)[1].split(",", 1)[0] if " is a " in text else "?"
+        return path, kind
+    return "$", type(output).__qualname__
+
+
+def _provider_operation_id(contract: EffectContract, output: Any) -> str | None:
     provider_operation_id = None
     if contract.provider_operation_id is not None:
         try:
             provider_operation_id = contract.provider_operation_id(output)
         except Exception as exc:  # noqa: BLE001 - the id is a convenience, not the outcome
             logger.warning("provider_operation_id of %r failed: %s", contract.name, exc)
-    return Stored(text, provider_operation_id)
+    return provider_operation_id
+
+
+def not_stored(record: OperationRecord) -> Mapping[str, str] | None:
+    """The marker of a CONFIRMED operation whose output could not be stored, else None."""
+    if record.status is not EffectStatus.CONFIRMED or record.output_json is not None:
+        return None
+    mark = record.evidence.get(NOT_STORED)
+    return mark if isinstance(mark, Mapping) else None
 
 
 def decode(contract: EffectContract, record: OperationRecord) -> Any:
-    """Return the record's stored output as the contract's codec rebuilds it."""
+    """Return the record's stored output as the contract's codec (or the default) rebuilds it."""
     data = record.output
-    if contract.codec is None or record.output_json is None:
+    if record.output_json is None:
         return data
     try:
+        if contract.codec is None:
+            return TAGGED.decode(data)
         return contract.codec.decode(data)
     except Exception as exc:
         msg = (

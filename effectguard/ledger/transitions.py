@@ -20,7 +20,7 @@ def to_confirmed(
     from_status: EffectStatus,
     attempt: int,
     *,
-    output_json: str,
+    output_json: str | None,
     provider_operation_id: str | None,
     reason: str | None,
     evidence: Mapping[str, Any],

@@ -205,12 +205,12 @@ def test_pending_outcome_raises_effect_outcome_unknown(executor):
 
 
 def test_operation_held_by_another_worker_raises_effect_in_progress(executor):
-    """A call while another thread holds the operation raises EffectInProgress, no dispatch."""
+    """With wait_for_peer=0, a call finding another worker raises EffectInProgress at once."""
     started, release = threading.Event(), threading.Event()
     dispatched: list[int] = []
     results: list[Any] = []
 
-    @effect(operation_id="job:{n}", executor=executor)
+    @effect(operation_id="job:{n}", executor=executor, wait_for_peer=0)
     def job(n: int) -> dict:
         dispatched.append(n)
         started.set()

@@ -17,10 +17,10 @@ from effectguard import (
     ConfigurationError,
     DataclassCodec,
     EffectExecutor,
-    EffectQuarantined,
-    EventType,
+    EffectStatus,
     OperationConflictError,
     OutcomeProbeResult,
+    OutputNotStored,
     PydanticCodec,
     SQLiteEffectLedger,
     effect,
@@ -185,18 +185,22 @@ def test_probe_output_is_encoded_like_the_tool_output(executor):
     assert provider.committed() == 1
 
 
-def test_output_of_the_wrong_type_is_never_confirmed(ledger, executor):
-    """An output the codec cannot store leaves the committed effect unconfirmed, not lost."""
+def test_output_of_the_wrong_type_is_confirmed_but_not_stored(ledger, executor):
+    """An output the codec cannot store: the effect is CONFIRMED, once, and the caller told so."""
     provider = FakePaymentProvider(idempotency_guaranteed=False)
 
     @effect(operation_id="invoice:{invoice_id}", codec=Receipt, executor=executor)
     def capture(invoice_id: str) -> Any:
         return provider.capture(invoice_id, 100)  # a dict, not a Receipt
 
-    with pytest.raises(EffectQuarantined):
+    with pytest.raises(OutputNotStored, match="not the Receipt annotated") as fresh:
         capture("INV-4")
-    unknown = [e for e in ledger.events("invoice:INV-4") if e.type is EventType.OUTCOME_UNKNOWN]
-    assert unknown[0].evidence["handler"] == "returned"
+    assert fresh.value.has_output
+    assert fresh.value.output["invoice_id"] == "INV-4"
+    with pytest.raises(OutputNotStored) as replay:
+        capture("INV-4")
+    assert not replay.value.has_output
+    assert ledger.get("invoice:INV-4").status is EffectStatus.CONFIRMED
     assert provider.committed() == 1
 
 

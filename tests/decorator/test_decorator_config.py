@@ -154,3 +154,19 @@ def test_restore_is_idempotent_and_leaves_a_newer_default(tmp_path):
     first.restore()
     assert default_executor() is second.executor
     second.restore()
+
+
+@pytest.mark.parametrize(
+    ("target", "match"),
+    [
+        ("mysql://app@db.example/ledger", "scheme 'mysql'.*postgresql://"),
+        ("", "empty"),
+        ("{tmp}/no/such/dir/ledger.db", "does not exist"),
+    ],
+)
+def test_configure_checks_the_ledger_when_given(tmp_path, target, match):
+    """A ledger that can never work is refused by configure(), not at the first tool call."""
+    with pytest.raises(ConfigurationError, match=match):
+        configure(ledger=target.format(tmp=tmp_path))
+    assert default_executor() is None
+    assert list(tmp_path.iterdir()) == []

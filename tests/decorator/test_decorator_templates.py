@@ -117,7 +117,7 @@ def test_callable_identity_receives_the_arguments_mapping(executor):
         ) -> dict:
             return {"key": idempotency_key, "amount": (invoice_id, amount_cents)}
 
-    assert Client().capture("INV-1") == {"key": "key-INV-1-5", "amount": ["INV-1", 5]}
+    assert Client().capture("INV-1") == {"key": "key-INV-1-5", "amount": ("INV-1", 5)}
     assert seen[0] == {"invoice_id": "INV-1", "amount_cents": 5}
 
 

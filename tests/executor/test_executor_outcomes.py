@@ -174,47 +174,6 @@ def test_rejected_is_terminal_and_replayed(ledger):
     assert calls == [KEY]
 
 
-def test_unstorable_output_is_never_confirmed(ledger):
-    """An output that is not JSON ends unknown (then quarantined), never CONFIRMED."""
-    provider = FakePaymentProvider(idempotency_guaranteed=False)
-
-    def handler(arguments, *, idempotency_key):
-        provider.handler(arguments, idempotency_key=idempotency_key)
-        return {"at": object()}
-
-    result = EffectExecutor(ledger).execute(capture_contract(provider, probe=False), ARGS, handler)
-
-    assert result.status is EffectStatus.QUARANTINED
-    assert result.output is None
-    assert ledger.get(OPERATION).output_json is None
-    unknown = ledger.events(OPERATION)[2]
-    assert unknown.type is EventType.OUTCOME_UNKNOWN
-    assert "cannot be stored" in unknown.evidence["reason"]
-    assert provider.committed() == 1
-
-
-def test_output_over_the_size_limit_is_never_confirmed(ledger):
-    """An output larger than max_output_bytes is unstorable: OUTCOME_UNKNOWN, not CONFIRMED."""
-    provider = FakePaymentProvider(idempotency_guaranteed=False)
-
-    def handler(arguments, *, idempotency_key):
-        response = provider.handler(arguments, idempotency_key=idempotency_key)
-        return {**response, "padding": "x" * 2000}
-
-    contract = capture_contract(
-        provider,
-        probe=False,
-        max_output_bytes=1000,
-        unknown_outcome=UnknownOutcomePolicy.KEEP_UNKNOWN,
-    )
-    result = EffectExecutor(ledger).execute(contract, ARGS, handler)
-
-    assert result.status is EffectStatus.OUTCOME_UNKNOWN
-    assert "over the 1000-byte limit" in ledger.events(OPERATION)[2].evidence["reason"]
-    assert ledger.get(OPERATION).output_json is None
-    assert provider.committed() == 1
-
-
 def test_false_postcondition_is_never_confirmed(ledger):
     """Handler and probe outputs both failing the postcondition: quarantined, not confirmed."""
     provider = FakePaymentProvider(idempotency_guaranteed=False)

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from effectguard.errors import ConfigurationError
 from effectguard.ledger import open_ledger
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 
@@ -67,3 +68,32 @@ def test_sqlite_users_never_need_psycopg(tmp_path):
         [sys.executable, "-c", script], capture_output=True, text=True, check=False
     )
     assert done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("target", ["mysql://app:hunter2@db.example/ledger", "sqlite:///x.db"])
+def test_a_url_of_another_scheme_names_the_supported_ones(target):
+    """mysql:// (or any other scheme) is refused at once, naming what is supported, no password."""
+    with pytest.raises(ConfigurationError, match="postgresql://") as info:
+        open_ledger(target)
+    assert "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("target", ["", "   "])
+def test_an_empty_target_is_refused(target):
+    """An empty ledger target is a ConfigurationError, not a database in the working directory."""
+    with pytest.raises(ConfigurationError, match="empty"):
+        open_ledger(target)
+
+
+def test_a_missing_directory_is_refused_and_nothing_is_created(tmp_path):
+    """A ledger file whose directory does not exist is refused before anything is created."""
+    target = tmp_path / "missing" / "ledger.db"
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        open_ledger(target)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_is_not_a_ledger_file(tmp_path):
+    """Naming a directory is refused with a hint to name a file in it."""
+    with pytest.raises(ConfigurationError, match="is a directory"):
+        open_ledger(tmp_path)
