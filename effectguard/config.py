@@ -19,6 +19,11 @@ from typing import Any, Self
 
 from effectguard.errors import ConfigurationError
 from effectguard.executor import EffectExecutor
+from effectguard.executor.pacing import (
+    DEFAULT_DEADLINE,
+    DEFAULT_RETRY_WAIT_INITIAL,
+    DEFAULT_RETRY_WAIT_MAX,
+)
 from effectguard.ledger import EffectLedger, open_ledger
 from effectguard.model import EffectResult
 
@@ -129,16 +134,26 @@ def configure(
     *,
     executor: EffectExecutor | None = None,
     clock: Callable[[], float] | None = None,
+    retry_wait_initial: float | None = None,
+    retry_wait_max: float | None = None,
+    deadline: float | None = None,
 ) -> Configuration:
     """Set the executor every decorated tool uses when none is given or lent.
 
     ``ledger`` is a SQLite file path, a ``postgresql://`` URL or a ledger
     object; alternatively pass a ready ``executor``. ``clock`` (epoch seconds)
-    goes to the executor made for ``ledger``. The returned
+    goes to the executor made for ``ledger``, and so do the defaults of
+    ``retry_wait_initial`` (0.1 s), ``retry_wait_max`` (5 s) and ``deadline``
+    (5 s) for contracts that leave them unset. The returned
     :class:`Configuration` restores the previous default when used as a
     context manager or when :meth:`Configuration.restore` is called.
     """
     global _default  # noqa: PLW0603 - the process default is process-wide by definition
+    waits = {
+        "retry_wait_initial": retry_wait_initial,
+        "retry_wait_max": retry_wait_max,
+        "deadline": deadline,
+    }
     if (ledger is None) == (executor is None):
         msg = (
             "configure() takes either ledger= (a path, a postgresql:// URL or a ledger) "
@@ -150,18 +165,40 @@ def configure(
         if not isinstance(executor, EffectExecutor):
             msg = f"executor must be an EffectExecutor, not {type(executor).__name__}"
             raise TypeError(msg)
-        if clock is not None:
-            msg = "configure(clock=...) applies to the executor made for ledger=; give it to yours"
+        given = {"clock": clock, **waits}
+        named = [name for name, value in given.items() if value is not None]
+        if named:
+            msg = (
+                f"configure({'=..., '.join(named)}=...) applies to the executor made for "
+                "ledger=; give it to yours"
+            )
             raise ConfigurationError(msg)
     else:
         assert ledger is not None  # noqa: S101 - exactly one of the two is set
         owns_ledger = not isinstance(ledger, EffectLedger)
-        executor = EffectExecutor(open_ledger(ledger), clock=clock)
+        opened = open_ledger(ledger)
+        try:
+            executor = EffectExecutor(
+                opened,
+                clock=clock,
+                retry_wait_initial=_or(retry_wait_initial, DEFAULT_RETRY_WAIT_INITIAL),
+                retry_wait_max=_or(retry_wait_max, DEFAULT_RETRY_WAIT_MAX),
+                deadline=_or(deadline, DEFAULT_DEADLINE),
+            )
+        except ValueError as exc:
+            if owns_ledger:
+                opened.close()
+            msg = f"configure(): {exc}"
+            raise ConfigurationError(msg) from exc
     configuration = Configuration(executor, owns_ledger=owns_ledger)
     with _lock:
         _stack.append(configuration)
         _default = executor
     return configuration
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def default_executor() -> EffectExecutor | None:

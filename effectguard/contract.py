@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from effectguard.errors import ConfigurationError
+from effectguard.errors import ConfigurationError, EffectGuardError
 from effectguard.model import OutcomeProbeResult
 
 __all__ = [
@@ -28,6 +28,19 @@ ProbeFunction = Callable[..., "OutcomeProbeResult | Awaitable[OutcomeProbeResult
 
 #: Largest stored output, in bytes of its JSON text, unless a contract says otherwise.
 DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
+
+#: Exception types too broad for ``not_sent_on``: each includes errors raised after
+#: some of the request may have reached the destination (a reset, a broken pipe, a
+#: read timeout), which are unknown outcomes, never "not sent".
+_AMBIGUOUS: tuple[type[BaseException], ...] = (
+    BaseException,
+    Exception,
+    OSError,
+    ConnectionError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+)
 
 
 class UnknownOutcomePolicy(enum.StrEnum):
@@ -63,6 +76,17 @@ class EffectContract:
     documentation that a resend with that key never creates a second effect
     (within ``provider_key_retention_seconds`` of the first dispatch). Without it,
     an uncertain outcome is retried only on a probe's authoritative NOT_COMMITTED.
+
+    ``not_sent_on`` names exception types that prove the request never left
+    (raised before any byte of it can reach the destination, like
+    ``ConnectionRefusedError``): an attempt ending in one is treated like
+    :class:`~effectguard.errors.EffectNotSent`. Broad or ambiguous types
+    (``OSError``, ``ConnectionError``, ``TimeoutError``...) are refused.
+
+    ``retry_wait_initial`` and ``retry_wait_max`` (seconds) shape the waits
+    between automatic attempts and re-probes (exponential backoff, full jitter);
+    ``deadline`` (seconds) bounds how long one call keeps waiting. None takes the
+    executor's default (see :func:`effectguard.configure`).
     """
 
     name: str
@@ -81,6 +105,10 @@ class EffectContract:
     redact: frozenset[str] = field(default_factory=frozenset)
     codec: OutputCodec[Any] | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    not_sent_on: tuple[type[Exception], ...] = ()
+    retry_wait_initial: float | None = None
+    retry_wait_max: float | None = None
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -120,10 +148,32 @@ class EffectContract:
             problems.append("unknown_outcome must be an UnknownOutcomePolicy")
         if not self.max_output_bytes > 0:
             problems.append(f"max_output_bytes must be > 0, not {self.max_output_bytes!r}")
+        problems.extend(self._pacing_problems())
+        not_sent_on = self.not_sent_on
+        if isinstance(not_sent_on, type):
+            not_sent_on = (not_sent_on,)
+        not_sent_on = tuple(not_sent_on)
+        problems.extend(_not_sent_problems(not_sent_on))
         if problems:
             msg = f"invalid contract {self.name!r}: " + "; ".join(problems)
             raise ConfigurationError(msg)
         object.__setattr__(self, "redact", frozenset(self.redact))
+        object.__setattr__(self, "not_sent_on", not_sent_on)
+
+    def _pacing_problems(self) -> list[str]:
+        problems = []
+        for name in ("retry_wait_initial", "retry_wait_max"):
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                problems.append(f"{name} must be >= 0 seconds or None, not {value!r}")
+        initial, maximum = self.retry_wait_initial, self.retry_wait_max
+        if initial is not None and maximum is not None and initial > maximum:
+            problems.append(
+                f"retry_wait_initial ({initial!r}) must not exceed retry_wait_max ({maximum!r})"
+            )
+        if self.deadline is not None and not self.deadline >= 0:
+            problems.append(f"deadline must be >= 0 seconds or None, not {self.deadline!r}")
+        return problems
 
     def identity(self, arguments: Arguments) -> tuple[str, str | None]:
         """Return ``(operation_id, provider_key)`` for ``arguments``.
@@ -147,3 +197,20 @@ class EffectContract:
                 )
                 raise ConfigurationError(msg)
         return operation_id, key
+
+
+def _not_sent_problems(types: tuple[Any, ...]) -> list[str]:
+    """Why ``types`` cannot be a contract's ``not_sent_on``; empty when it can."""
+    problems = []
+    for kind in types:
+        if not isinstance(kind, type) or not issubclass(kind, Exception):
+            problems.append(f"not_sent_on must name Exception subclasses, not {kind!r}")
+        elif kind in _AMBIGUOUS or issubclass(kind, TimeoutError):
+            problems.append(
+                f"not_sent_on cannot name {kind.__name__}: it is also raised after the "
+                "request may have reached the destination; name the errors raised before "
+                "anything is sent, such as ConnectionRefusedError"
+            )
+        elif issubclass(kind, EffectGuardError):
+            problems.append(f"not_sent_on cannot name effectguard's own {kind.__name__}")
+    return problems

@@ -87,6 +87,7 @@ class EventType(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     RECONCILING = "reconciling"
     RETRY = "retry"
+    NOT_SENT = "not_sent"
     QUARANTINED = "quarantined"
     LATE_RESULT = "late_result"
     OPERATOR_CONFIRMED = "operator_confirmed"
@@ -140,6 +141,8 @@ class EffectResult(Generic[T]):
 
     ``output`` is set only when ``status`` is CONFIRMED. ``replayed`` is True
     when the result came from the ledger without a dispatch in this call.
+    A fresh (not replayed) PREPARED result means the request provably was not
+    sent (``reason`` says why): calling again with the same arguments sends it.
     """
 
     status: EffectStatus

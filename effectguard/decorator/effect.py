@@ -199,6 +199,10 @@ def effect(
     executor: EffectExecutor | None = None,
     provider_key_retention: float | timedelta | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    not_sent_on: type[Exception] | Collection[type[Exception]] = (),
+    retry_wait_initial: float | timedelta | None = None,
+    retry_wait_max: float | timedelta | None = None,
+    deadline: float | timedelta | None = None,
 ) -> EffectDecorator:
     """Guard a tool function's side effect with an :class:`EffectContract`.
 
@@ -220,6 +224,14 @@ def effect(
     qualified name: set it to keep operations matching across a rename.
     ``max_output_bytes`` bounds the stored output (its JSON text); a larger
     output cannot confirm the operation.
+
+    ``not_sent_on`` names exception types the tool raises only before any of
+    its request can reach the destination (``ConnectionRefusedError``): such an
+    attempt is retried and never quarantined, and a call whose attempts or
+    deadline run out raises :class:`~effectguard.EffectNotSent`.
+    ``retry_wait_initial``, ``retry_wait_max`` and ``deadline`` (seconds or
+    timedeltas) shape the waits between automatic attempts and re-probes; unset,
+    they are the executor's (see :func:`effectguard.configure`).
     """
     if args:
         msg = '@effect takes keyword arguments only: write @effect(operation_id="...")'
@@ -243,6 +255,10 @@ def effect(
             executor=executor,
             provider_key_retention=provider_key_retention,
             max_output_bytes=max_output_bytes,
+            not_sent_on=not_sent_on,
+            retry_wait_initial=retry_wait_initial,
+            retry_wait_max=retry_wait_max,
+            deadline=deadline,
         )
     )
 

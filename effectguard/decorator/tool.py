@@ -22,6 +22,7 @@ from effectguard.decorator.templates import compile_identity
 from effectguard.errors import (
     ConfigurationError,
     EffectInProgress,
+    EffectNotSent,
     EffectOutcomeUnknown,
     EffectQuarantined,
     EffectRejected,
@@ -42,6 +43,12 @@ def _seconds(value: float | timedelta | None, what: str) -> float | None:
         return value.total_seconds()
     msg = f"{what} must be seconds (a number) or a timedelta, not {value!r}"
     raise ConfigurationError(msg)
+
+
+def _exception_types(
+    given: type[Exception] | Collection[type[Exception]],
+) -> tuple[type[Exception], ...]:
+    return (given,) if isinstance(given, type) else tuple(given)
 
 
 def _field(name: str) -> Callable[[Any], str | None]:
@@ -74,6 +81,10 @@ class Options:
     executor: EffectExecutor | None
     provider_key_retention: float | timedelta | None
     max_output_bytes: int
+    not_sent_on: type[Exception] | Collection[type[Exception]] = ()
+    retry_wait_initial: float | timedelta | None = None
+    retry_wait_max: float | timedelta | None = None
+    deadline: float | timedelta | None = None
 
 
 def _return_annotation(func: Any) -> Any:
@@ -195,6 +206,10 @@ class Tool:
             redact=redact,
             codec=_codec(options.codec, raw, tool),
             max_output_bytes=options.max_output_bytes,
+            not_sent_on=_exception_types(options.not_sent_on),
+            retry_wait_initial=_seconds(options.retry_wait_initial, "retry_wait_initial"),
+            retry_wait_max=_seconds(options.retry_wait_max, "retry_wait_max"),
+            deadline=_seconds(options.deadline, "deadline"),
         )
 
     def _probe_adapter(self, instance: object | None) -> Callable[..., Any] | None:
@@ -286,6 +301,9 @@ def settle(result: EffectResult[Any]) -> Any:
         raise EffectRejected(reason, evidence=result.evidence, result=result)
     if status is EffectStatus.QUARANTINED:
         raise EffectQuarantined(result)
-    if status in (EffectStatus.DISPATCHED, EffectStatus.RECONCILING):
+    if status is EffectStatus.PREPARED and not result.replayed:
+        reason = f"operation {result.operation_id!r} was not sent: {result.reason}"
+        raise EffectNotSent(reason, evidence=result.evidence, result=result)
+    if status in (EffectStatus.PREPARED, EffectStatus.DISPATCHED, EffectStatus.RECONCILING):
         raise EffectInProgress(result)
     raise EffectOutcomeUnknown(result)

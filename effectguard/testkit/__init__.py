@@ -5,6 +5,7 @@ Scenarios (:mod:`effectguard.testkit.scenarios`), the fault matrix
 (:mod:`effectguard.testkit.pytest_plugin`) are built on these.
 """
 
+from effectguard.executor.pacing import seeded_jitter
 from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.fakes import (
     FakeEmailProvider,
@@ -40,4 +41,5 @@ __all__ = [
     "ProviderUnavailable",
     "ReceivedRequest",
     "ServerFault",
+    "seeded_jitter",
 ]
