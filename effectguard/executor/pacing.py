@@ -48,7 +48,7 @@ def full_jitter(ceiling: float) -> float:
 
 def seeded_jitter(seed: int | str) -> Jitter:
     """Full jitter drawn from its own generator seeded with ``seed``: the same waits every run."""
-    rng = random.Random(seed)  # noqa: S311 - reproducible test waits, not secrets
+    rng = random.Random(seed)
 
     def jitter(ceiling: float) -> float:
         return rng.uniform(0.0, ceiling)
