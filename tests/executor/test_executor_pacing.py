@@ -33,6 +33,7 @@ class Ceilings:
         self.seen: list[float] = []
 
     def __call__(self, ceiling: float) -> float:
+        """Wait the whole ceiling, and remember it."""
         self.seen.append(ceiling)
         return ceiling
 
