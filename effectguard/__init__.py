@@ -25,6 +25,7 @@ __all__ = [
     "EffectGuardError",
     "EffectInProgress",
     "EffectNotConfirmed",
+    "EffectNotSent",
     "EffectOutcomeUnknown",
     "EffectQuarantined",
     "EffectRejected",
@@ -106,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "LedgerUnavailableError": "effectguard.errors",
     "OperationConflictError": "effectguard.errors",
     "OperationNotFoundError": "effectguard.errors",
+    "EffectNotSent": "effectguard.errors",
     "OutputNotStored": "effectguard.errors",
 }
 
@@ -133,6 +135,7 @@ if TYPE_CHECKING:
     from effectguard.errors import EffectGuardError as EffectGuardError
     from effectguard.errors import EffectInProgress as EffectInProgress
     from effectguard.errors import EffectNotConfirmed as EffectNotConfirmed
+    from effectguard.errors import EffectNotSent as EffectNotSent
     from effectguard.errors import EffectOutcomeUnknown as EffectOutcomeUnknown
     from effectguard.errors import EffectQuarantined as EffectQuarantined
     from effectguard.errors import EffectRejected as EffectRejected

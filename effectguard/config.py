@@ -20,6 +20,11 @@ from typing import Any, Self
 from effectguard.errors import ConfigurationError, InternalError
 from effectguard.executor import EffectExecutor
 from effectguard.executor.observe import Transition, observing
+from effectguard.executor.pacing import (
+    DEFAULT_DEADLINE,
+    DEFAULT_RETRY_WAIT_INITIAL,
+    DEFAULT_RETRY_WAIT_MAX,
+)
 from effectguard.ledger import EffectLedger, open_ledger
 from effectguard.model import EffectResult
 
@@ -123,6 +128,9 @@ def configure(
     executor: EffectExecutor | None = None,
     clock: Callable[[], float] | None = None,
     wait_for_peer: float | None = None,
+    retry_wait_initial: float | None = None,
+    retry_wait_max: float | None = None,
+    deadline: float | None = None,
 ) -> Configuration:
     """Set the executor every decorated tool uses when none is given or lent.
 
@@ -130,12 +138,19 @@ def configure(
     object; alternatively pass a ready ``executor``. ``clock`` (epoch seconds)
     and ``wait_for_peer`` (seconds a decorated tool waits for an identical
     call already dispatching, unless its ``@effect`` says; 30 when unset) go
-    to the executor made for ``ledger``. A ledger that can never work (an
+    to the executor made for ``ledger``, and so do the defaults of
+    ``retry_wait_initial`` (0.1 s), ``retry_wait_max`` (5 s) and ``deadline``
+    (5 s) for contracts that leave them unset. A ledger that can never work (an
     unknown URL scheme, a missing directory) is refused here. The returned
     :class:`Configuration` restores the previous default when used as a
     context manager or when :meth:`Configuration.restore` is called.
     """
     global _default  # noqa: PLW0603 - the process default is process-wide by definition
+    waits = {
+        "retry_wait_initial": retry_wait_initial,
+        "retry_wait_max": retry_wait_max,
+        "deadline": deadline,
+    }
     if (ledger is None) == (executor is None):
         msg = (
             "configure() takes either ledger= (a path, a postgresql:// URL or a ledger) "
@@ -147,13 +162,14 @@ def configure(
         if not isinstance(executor, EffectExecutor):
             msg = f"executor must be an EffectExecutor, not {type(executor).__name__}"
             raise TypeError(msg)
-        for given, name in ((clock, "clock"), (wait_for_peer, "wait_for_peer")):
-            if given is not None:
-                msg = (
-                    f"configure({name}=...) applies to the executor made for ledger=; "
-                    "give it to yours"
-                )
-                raise ConfigurationError(msg)
+        given = {"clock": clock, "wait_for_peer": wait_for_peer, **waits}
+        named = [name for name, value in given.items() if value is not None]
+        if named:
+            msg = (
+                f"configure({'=..., '.join(named)}=...) applies to the executor made for "
+                "ledger=; give it to yours"
+            )
+            raise ConfigurationError(msg)
     else:
         if ledger is None:
             msg = "configure() got neither ledger= nor executor= past its check"
@@ -162,12 +178,30 @@ def configure(
             msg = f"configure(wait_for_peer=...) must be >= 0 seconds, not {wait_for_peer!r}"
             raise ConfigurationError(msg)
         owns_ledger = not isinstance(ledger, EffectLedger)
-        executor = EffectExecutor(open_ledger(ledger), clock=clock, wait_for_peer=wait_for_peer)
+        opened = open_ledger(ledger)
+        try:
+            executor = EffectExecutor(
+                opened,
+                clock=clock,
+                wait_for_peer=wait_for_peer,
+                retry_wait_initial=_or(retry_wait_initial, DEFAULT_RETRY_WAIT_INITIAL),
+                retry_wait_max=_or(retry_wait_max, DEFAULT_RETRY_WAIT_MAX),
+                deadline=_or(deadline, DEFAULT_DEADLINE),
+            )
+        except ValueError as exc:
+            if owns_ledger:
+                opened.close()
+            msg = f"configure(): {exc}"
+            raise ConfigurationError(msg) from exc
     configuration = Configuration(executor, owns_ledger=owns_ledger)
     with _lock:
         _stack.append(configuration)
         _default = executor
     return configuration
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def default_executor() -> EffectExecutor | None:

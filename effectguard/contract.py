@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from effectguard.errors import ConfigurationError
+from effectguard.errors import ConfigurationError, EffectGuardError
 from effectguard.model import OutcomeProbeResult
 
 __all__ = [
     "DURATION_FIELDS",
+    "WAIT_FIELDS",
     "Arguments",
     "EffectContract",
     "OutputCodec",
@@ -30,6 +31,19 @@ ProbeFunction = Callable[..., "OutcomeProbeResult | Awaitable[OutcomeProbeResult
 
 #: Largest stored output, in bytes of its JSON text, unless a contract says otherwise.
 DEFAULT_MAX_OUTPUT_BYTES = 1024 * 1024
+
+#: Exception types too broad for ``not_sent_on``: each includes errors raised after
+#: some of the request may have reached the destination (a reset, a broken pipe, a
+#: read timeout), which are unknown outcomes, never "not sent".
+_AMBIGUOUS: tuple[type[BaseException], ...] = (
+    BaseException,
+    Exception,
+    OSError,
+    ConnectionError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+)
 
 
 class UnknownOutcomePolicy(enum.StrEnum):
@@ -57,6 +71,9 @@ class OutputCodec(Protocol[T]):
 #: The fields that are durations in seconds; all but ``lease_seconds`` may be None.
 DURATION_FIELDS = ("handler_timeout", "lease_seconds", "provider_key_retention_seconds")
 
+#: The fields that are waits in seconds, where 0 means "do not wait" (None: the executor's).
+WAIT_FIELDS = ("wait_for_peer", "retry_wait_initial", "retry_wait_max", "deadline")
+
 
 def _whole(value: object, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
@@ -65,6 +82,18 @@ def _whole(value: object, least: int) -> bool:
 def _positive(value: object) -> bool:
     # "not > 0" also refuses NaN; a bool is not a number of seconds.
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _nonnegative(value: object) -> bool:
+    # "not >= 0" also refuses NaN; a bool is not a number of seconds.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def _exception_types(value: object) -> tuple[Any, ...]:
+    """``not_sent_on`` as a tuple: one type may be given alone."""
+    if isinstance(value, Iterable) and not isinstance(value, type):
+        return tuple(value)
+    return (value,)
 
 
 def _policy(value: object) -> UnknownOutcomePolicy | None:
@@ -102,6 +131,17 @@ class EffectContract:
     ``wait_for_peer`` is how long a call that finds another worker dispatching
     the same operation waits for its outcome and replays it; None leaves it to
     the call and the executor (see :meth:`EffectExecutor.execute`).
+
+    ``not_sent_on`` names exception types that prove the request never left
+    (raised before any byte of it can reach the destination, like
+    ``ConnectionRefusedError``): an attempt ending in one is treated like
+    :class:`~effectguard.errors.EffectNotSent`. Broad or ambiguous types
+    (``OSError``, ``ConnectionError``, ``TimeoutError``...) are refused.
+
+    ``retry_wait_initial`` and ``retry_wait_max`` (seconds) shape the waits
+    between automatic attempts and re-probes (exponential backoff, full jitter);
+    ``deadline`` (seconds) bounds how long one call keeps waiting. None takes the
+    executor's default (see :func:`effectguard.configure`).
     """
 
     name: str
@@ -121,6 +161,10 @@ class EffectContract:
     codec: OutputCodec[Any] | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     wait_for_peer: float | None = None
+    not_sent_on: tuple[type[Exception], ...] = ()
+    retry_wait_initial: float | None = None
+    retry_wait_max: float | None = None
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         # The one place a contract's settings are checked: @effect passes its options here.
@@ -140,6 +184,7 @@ class EffectContract:
             raise ConfigurationError(msg)
         object.__setattr__(self, "unknown_outcome", policy)
         object.__setattr__(self, "redact", redact)
+        object.__setattr__(self, "not_sent_on", _exception_types(self.not_sent_on))
 
     def _identity_problems(self) -> list[str]:
         problems = []
@@ -186,9 +231,27 @@ class EffectContract:
             callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))
         ):
             problems.append(f"codec must be an OutputCodec (encode and decode), not {codec!r}")
-        wait = self.wait_for_peer
-        if wait is not None and not (wait == 0 or _positive(wait)):
-            problems.append(f"wait_for_peer must be >= 0 seconds or None, not {wait!r}")
+        problems.extend(self._pacing_problems())
+        problems.extend(_not_sent_problems(_exception_types(self.not_sent_on)))
+        return problems
+
+    def _pacing_problems(self) -> list[str]:
+        problems = [
+            f"{name} must be >= 0 seconds or None, not {value!r}"
+            for name in WAIT_FIELDS
+            if (value := getattr(self, name)) is not None and not _nonnegative(value)
+        ]
+        initial, maximum = self.retry_wait_initial, self.retry_wait_max
+        if (
+            initial is not None
+            and maximum is not None
+            and _nonnegative(initial)
+            and _nonnegative(maximum)
+            and initial > maximum
+        ):
+            problems.append(
+                f"retry_wait_initial ({initial!r}) must not exceed retry_wait_max ({maximum!r})"
+            )
         return problems
 
     def identity(self, arguments: Arguments) -> tuple[str, str | None]:
@@ -213,3 +276,20 @@ class EffectContract:
                 )
                 raise ConfigurationError(msg)
         return operation_id, key
+
+
+def _not_sent_problems(types: tuple[Any, ...]) -> list[str]:
+    """Why ``types`` cannot be a contract's ``not_sent_on``; empty when it can."""
+    problems = []
+    for kind in types:
+        if not isinstance(kind, type) or not issubclass(kind, Exception):
+            problems.append(f"not_sent_on must name Exception subclasses, not {kind!r}")
+        elif kind in _AMBIGUOUS or issubclass(kind, TimeoutError):
+            problems.append(
+                f"not_sent_on cannot name {kind.__name__}: it is also raised after the "
+                "request may have reached the destination; name the errors raised before "
+                "anything is sent, such as ConnectionRefusedError"
+            )
+        elif issubclass(kind, EffectGuardError):
+            problems.append(f"not_sent_on cannot name effectguard's own {kind.__name__}")
+    return problems

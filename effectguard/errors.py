@@ -12,7 +12,8 @@
     ├── EffectNotConfirmed                       the effect is not confirmed; carries .result
     │   ├── EffectOutcomeUnknown                 it may or may not have happened
     │   ├── EffectQuarantined                    an operator must resolve it
-    │   └── EffectInProgress                     another worker holds it right now
+    │   ├── EffectInProgress                     another worker holds it right now
+    │   └── EffectNotSent                        provably never sent; calling again sends it
     └── LedgerError                              the ledger refused or failed
         ├── LedgerUnavailableError               the store could not be read or written
         │   └── LedgerLockedError                another writer held the lock past the busy timeout
@@ -30,8 +31,10 @@
             └── CheckpointConflictError          another process saved the run first
 
 Handlers raise :class:`EffectRejected` themselves to report a definite "no effect"
-(a declined card, a refused recipient). Any other exception from a handler is an
-unknown outcome, never permission to retry.
+(a declined card, a refused recipient), and :class:`EffectNotSent` to report that
+this attempt's request never left (the connection was refused): the executor
+retries it later with the same operation id. Any other exception from a handler
+is an unknown outcome, never permission to retry.
 
 A checkpoint failure, like a ledger failure, leaves an agent run resumable: it
 is raised to the caller, and the last checkpoint that was saved still says which
@@ -56,6 +59,7 @@ __all__ = [
     "EffectGuardError",
     "EffectInProgress",
     "EffectNotConfirmed",
+    "EffectNotSent",
     "EffectOutcomeUnknown",
     "EffectQuarantined",
     "EffectRejected",
@@ -252,6 +256,33 @@ class EffectInProgress(EffectNotConfirmed):
     def next_step(operation: str) -> str:  # noqa: ARG004 - same signature as the others
         """See :meth:`EffectNotConfirmed.next_step`."""
         return "Another worker is handling it: call again later to receive its outcome"
+
+
+class EffectNotSent(EffectNotConfirmed):
+    """The request provably never left, so the effect did not happen; calling again sends it.
+
+    A handler raises it (or an exception its contract names in ``not_sent_on``)
+    when the request cannot have reached the destination: the connection was
+    refused, the host name did not resolve. Unlike :class:`EffectRejected` it
+    burns nothing: the executor retries the attempt with a backoff and, when
+    the attempts or the call's deadline run out, leaves the operation PREPARED
+    for the next call with the same id. The decorator raises it for a PREPARED
+    result, with ``result`` set; ``retryable`` is always True.
+    """
+
+    retryable = True
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        evidence: Mapping[str, Any] | None = None,
+        result: EffectResult[Any] | None = None,
+    ) -> None:
+        self.reason = reason
+        self.evidence: dict[str, Any] = dict(evidence or {})
+        self.result = result  # type: ignore[assignment]  # None while a handler raises it
+        EffectGuardError.__init__(self, reason)
 
 
 class LedgerError(EffectGuardError):

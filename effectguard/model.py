@@ -87,6 +87,7 @@ class EventType(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     RECONCILING = "reconciling"
     RETRY = "retry"
+    NOT_SENT = "not_sent"
     QUARANTINED = "quarantined"
     LATE_RESULT = "late_result"
     OPERATOR_CONFIRMED = "operator_confirmed"
@@ -143,6 +144,8 @@ class EffectResult(Generic[T]):
     ``handler_error`` is the exception the handler raised in this call's last
     attempt, if it raised: kept in memory only (never stored, None on a
     replay), so that an :class:`~effectguard.EffectNotConfirmed` can chain it.
+    A fresh (not replayed) PREPARED result means the request provably was not
+    sent (``reason`` says why): calling again with the same arguments sends it.
     """
 
     status: EffectStatus

@@ -98,7 +98,9 @@ def open_runtime(workdir: Path, provider: FakePaymentProvider) -> tuple[AgentRun
     runtime = AgentRuntime(
         script(),
         ToolRegistry.discover(Payments(provider)),
-        EffectExecutor(ledger),
+        # deadline=0: a tool call never waits to re-probe, so "still processing" makes the
+        # run wait (by default a call re-probes for a few seconds before it gives up).
+        EffectExecutor(ledger, deadline=0),
         checkpoints=checkpoints,
     )
 

@@ -4,7 +4,9 @@
 # declares idempotency_guaranteed. It gives each message a Message-ID derived from the
 # operation id and, when the outcome is uncertain, looks that Message-ID up in the provider's
 # sent log: found -> CONFIRMED; not found, or no sent log -> QUARANTINED for an operator
-# (agent-effect-ops), and nothing is sent again.
+# (agent-effect-ops), and nothing is sent again. A server that refuses the connection (it is
+# down) provably received nothing: effectguard retries after a backoff and, if it stays down,
+# raises EffectNotSent; calling again later sends the message, once.
 #
 # To use it with your provider, change:
 #   - host, port, sender and credentials given to Mailer (keep starttls=True);
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import smtplib
+import socket
 import ssl
 import sys
 import tempfile
@@ -113,14 +116,20 @@ class Mailer:
         operation_id="order:{order_id}:receipt",
         probe=find_receipt,
         provider_operation_id="message_id",
+        # Raised by smtplib.SMTP(host, port) while connecting, before any of the message is
+        # written: provably not sent. Never SMTPServerDisconnected or a timeout, which can come
+        # after the server accepted the message.
+        not_sent_on=(ConnectionRefusedError, socket.gaierror),
     )
     def send_receipt(
         self, order_id: str, to: str, text: str, *, idempotency_key: str = INJECTED
     ) -> dict[str, str]:
         """Send the receipt of ``order_id`` to ``to`` once, however often it is called.
 
-        Raises :class:`EffectRejected` when the server refused it for good, and
-        :class:`effectguard.EffectNotConfirmed` when its outcome is not settled.
+        Raises :class:`EffectRejected` when the server refused it for good,
+        :class:`effectguard.EffectNotSent` when the server could not be reached (call
+        again later), and :class:`effectguard.EffectNotConfirmed` when its outcome is
+        not settled.
         """
         message_id = self.message_id(idempotency_key)
         message = EmailMessage()

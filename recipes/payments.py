@@ -15,7 +15,10 @@
 # Verify before the probe maps "not found" to NOT_COMMITTED:
 #   - the lookup reads its own writes. A search index that lags behind (many "search" and
 #     "list" endpoints do) proves nothing by not finding a capture: answer UNKNOWN instead.
-# Turn off your HTTP client's own retries: effectguard decides when a resend is safe.
+# Turn off your HTTP client's own retries: effectguard decides when a resend is safe. A refused
+# connection (the API is down) provably sent nothing: effectguard retries it after a backoff, and
+# raises EffectNotSent if it stays down; calling again later captures once. A timeout or a reset
+# after the request was written is never "not sent": the probe settles it.
 """Capture a payment with effectguard over real HTTP (run it for a demo against a local server).
 
 ``python recipes/payments.py`` captures against :class:`FakePaymentServer`, which
@@ -30,6 +33,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import socket
 import sys
 import tempfile
 from datetime import timedelta
@@ -143,6 +147,10 @@ class PaymentsClient:
         # unknown, and a later call asks find_capture() again.
         postcondition=lambda capture: capture.get("status") == "succeeded",
         provider_operation_id="id",
+        # Raised by connection.request() while connecting, before any byte of the POST is
+        # written. Not RemoteDisconnected, ConnectionResetError or a timeout: those can come
+        # after the provider received the capture.
+        not_sent_on=(ConnectionRefusedError, socket.gaierror),
     )
     def capture(
         self,

@@ -20,7 +20,7 @@ def test_settle_is_only_the_state_machines_recording_of_an_outcome():
     assert hasattr(StateMachine, "settle")
     assert "outcome_of" in tool.__all__
     assert "settle" not in tool.__all__
-    assert tool.settle is tool.outcome_of  # the former name still works for code importing it
+    assert not hasattr(tool, "settle")
 
 
 def test_hold_is_only_a_lease_token_being_held():

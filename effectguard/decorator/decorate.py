@@ -257,6 +257,10 @@ def effect(
     provider_key_retention: float | timedelta | None = None,
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     wait_for_peer: float | timedelta | None = None,
+    not_sent_on: type[Exception] | Collection[type[Exception]] = (),
+    retry_wait_initial: float | timedelta | None = None,
+    retry_wait_max: float | timedelta | None = None,
+    deadline: float | timedelta | None = None,
 ) -> EffectDecorator:
     """Guard a tool function's side effect with an :class:`EffectContract`.
 
@@ -294,6 +298,14 @@ def effect(
     outcome and returns it; only then does it raise :class:`EffectInProgress`.
     Unset, it is the executor's ``wait_for_peer`` (see :func:`configure`), else
     :data:`DEFAULT_WAIT_FOR_PEER` (30 seconds). ``wait_for_peer=0`` never waits.
+
+    ``not_sent_on`` names exception types the tool raises only before any of
+    its request can reach the destination (``ConnectionRefusedError``): such an
+    attempt is retried and never quarantined, and a call whose attempts or
+    deadline run out raises :class:`~effectguard.EffectNotSent`.
+    ``retry_wait_initial``, ``retry_wait_max`` and ``deadline`` (seconds or
+    timedeltas) shape the waits between automatic attempts and re-probes; unset,
+    they are the executor's (see :func:`effectguard.configure`).
     """
     # Every parameter above, by name: the signature is the one list of the options.
     return EffectDecorator(Options.from_keywords(locals()))

@@ -20,6 +20,7 @@ from effectguard.codec import codec_for
 from effectguard.config import resolve_executor
 from effectguard.contract import (
     DURATION_FIELDS,
+    WAIT_FIELDS,
     Arguments,
     EffectContract,
     OutputCodec,
@@ -32,6 +33,7 @@ from effectguard.errors import (
     ConfigurationError,
     EffectInProgress,
     EffectNotConfirmed,
+    EffectNotSent,
     EffectOutcomeUnknown,
     EffectQuarantined,
     EffectRejected,
@@ -195,7 +197,7 @@ class Tool:
         fields.update(_identity(fields, shape))
         if isinstance(fields["provider_operation_id"], str):
             fields["provider_operation_id"] = _field(fields["provider_operation_id"])
-        for name in (*DURATION_FIELDS, "wait_for_peer"):
+        for name in (*DURATION_FIELDS, *WAIT_FIELDS):
             fields[name] = _seconds(fields[name])
         fields["codec"] = _codec(fields["codec"], raw, tool)
         try:
@@ -303,12 +305,11 @@ def outcome_of(result: EffectResult[Any]) -> Any:
     error: EffectNotConfirmed
     if status is EffectStatus.QUARANTINED:
         error = EffectQuarantined(result)
-    elif status in (EffectStatus.DISPATCHED, EffectStatus.RECONCILING):
+    elif status is EffectStatus.PREPARED and not result.replayed:
+        reason = f"operation {result.operation_id!r} was not sent: {result.reason}"
+        error = EffectNotSent(reason, evidence=result.evidence, result=result)
+    elif status in (EffectStatus.PREPARED, EffectStatus.DISPATCHED, EffectStatus.RECONCILING):
         error = EffectInProgress(result)
     else:
         error = EffectOutcomeUnknown(result)
     raise error from result.handler_error
-
-
-#: The former name of :func:`outcome_of`, kept so that code importing it keeps working.
-settle = outcome_of

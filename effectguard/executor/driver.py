@@ -9,15 +9,16 @@ and :meth:`EffectExecutor.execute_async` with ledger I/O kept off the event loop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from effectguard.contract import EffectContract
-from effectguard.errors import InternalError
+from effectguard.errors import EffectNotSent, InternalError
 from effectguard.executor import handler as _handler
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.lease import TOKENS
@@ -26,11 +27,20 @@ from effectguard.executor.machine import (
     Call,
     HandlerStep,
     LedgerStep,
+    PauseStep,
     ProbeStep,
     StateMachine,
     Step,
 )
 from effectguard.executor.observe import Observer, context_observers
+from effectguard.executor.pacing import (
+    DEFAULT_DEADLINE,
+    DEFAULT_RETRY_WAIT_INITIAL,
+    DEFAULT_RETRY_WAIT_MAX,
+    Jitter,
+    Pacing,
+    full_jitter,
+)
 from effectguard.executor.redaction import secrets_of
 from effectguard.fingerprint import request_fingerprint
 from effectguard.ledger.protocol import EffectLedger
@@ -60,6 +70,17 @@ class EffectExecutor:
     is how long a call waits for another worker dispatching the same
     operation when neither the call nor its contract says (None: not at all
     for :meth:`execute`; decorated tools then use their own default).
+
+    When it has an ``advance(seconds)`` method
+    (:class:`~effectguard.testkit.ManualClock`), the waits between attempts
+    advance it instead of sleeping. ``retry_wait_initial``, ``retry_wait_max``
+    and ``deadline`` (seconds) are the defaults for contracts that leave them
+    unset: automatic retries and re-probes wait
+    ``jitter(min(retry_wait_max, retry_wait_initial * 2**n))`` before the
+    call's n-th wait, and a call stops waiting once the next wait would end
+    past its ``deadline``. ``jitter(ceiling)`` returns a wait in
+    ``[0, ceiling]``, uniformly random by default; inject it for
+    deterministic tests.
     """
 
     def __init__(
@@ -70,9 +91,18 @@ class EffectExecutor:
         poll_interval: float = 0.05,
         observers: Iterable[Observer] = (),
         wait_for_peer: float | None = None,
+        retry_wait_initial: float = DEFAULT_RETRY_WAIT_INITIAL,
+        retry_wait_max: float = DEFAULT_RETRY_WAIT_MAX,
+        deadline: float = DEFAULT_DEADLINE,
+        jitter: Jitter = full_jitter,
     ) -> None:
         self.ledger = ledger
         self.wait_for_peer = _check_wait("wait_for_peer", wait_for_peer)
+        self.pacing = Pacing(retry_wait_initial, retry_wait_max, deadline, jitter)
+        self._check_pacing()
+        self._clock = clock
+        advance = getattr(clock, "advance", None)
+        self._advance: Callable[[float], None] | None = advance if callable(advance) else None
         self._states = StateMachine(ledger, clock, poll_interval)
         self._observers: tuple[Observer, ...] = ()
         for observer in observers:
@@ -88,6 +118,21 @@ class EffectExecutor:
     def remove_observer(self, observer: Observer) -> None:
         """Stop telling ``observer`` about calls that start from now on (unknown ones: no-op)."""
         self._observers = tuple(known for known in self._observers if known != observer)
+
+    def _check_pacing(self) -> None:
+        pacing = self.pacing
+        if not (0 <= pacing.retry_wait_initial <= pacing.retry_wait_max):
+            msg = (
+                "retry_wait_initial and retry_wait_max must satisfy 0 <= initial <= max, "
+                f"not {pacing.retry_wait_initial!r} and {pacing.retry_wait_max!r}"
+            )
+            raise ValueError(msg)
+        if not pacing.deadline >= 0:
+            msg = f"deadline must be >= 0 seconds, not {pacing.deadline!r}"
+            raise ValueError(msg)
+        if not callable(pacing.jitter):
+            msg = f"jitter must be callable, not {type(pacing.jitter).__name__}"
+            raise TypeError(msg)
 
     @property
     def poll_interval(self) -> float:
@@ -181,8 +226,16 @@ class EffectExecutor:
             return self._call_handler(call, step)
         if isinstance(step, ProbeStep):
             return self._call_probe(call)
-        time.sleep(step.seconds)
+        if not self._advanced(step):
+            time.sleep(step.seconds)
         return None
+
+    def _advanced(self, step: PauseStep) -> bool:
+        """Advance an injected manual clock by a backoff wait instead of sleeping it."""
+        if step.backoff and self._advance is not None:
+            self._advance(step.seconds)
+            return True
+        return False
 
     async def _perform_async(self, call: Call, step: Step) -> Any:
         if isinstance(step, LedgerStep):
@@ -198,12 +251,14 @@ class EffectExecutor:
                 )
                 return self._probe_outcome(outcome)
             return await asyncio.to_thread(self._call_probe, call)
-        await asyncio.sleep(step.seconds)
+        if not self._advanced(step):
+            await asyncio.sleep(step.seconds)
         return None
 
     def _call_handler(self, call: Call, step: HandlerStep) -> HandlerOutcome:
         def invoke() -> Any:
-            return call.handler(call.arguments, idempotency_key=call.provider_key)
+            with _not_sent_on(call):
+                return call.handler(call.arguments, idempotency_key=call.provider_key)
 
         timeout = call.contract.handler_timeout
         if timeout is None:
@@ -226,13 +281,18 @@ class EffectExecutor:
         late = functools.partial(self._record_late_and_release, call, step)
         if inspect.iscoroutinefunction(call.handler):
             outcome = await _handler.call_async(
-                lambda: call.handler(call.arguments, idempotency_key=call.provider_key),
+                lambda: _await_not_sent_on(call),
                 call.contract.handler_timeout,
                 lambda ended: _in_thread(late, ended),
             )
         else:
+
+            def invoke() -> Any:
+                with _not_sent_on(call):
+                    return call.handler(call.arguments, idempotency_key=call.provider_key)
+
             outcome = await _handler.call_thread_async(
-                lambda: call.handler(call.arguments, idempotency_key=call.provider_key),
+                invoke,
                 call.contract.handler_timeout,
                 late,
                 name=f"effectguard-handler-{call.operation_id}",
@@ -317,6 +377,7 @@ class EffectExecutor:
             key,
             fingerprint,
             wait,
+            self.pacing.start(contract, self._clock),
             secrets_of(arguments, contract.redact),
             observers,
         )
@@ -332,6 +393,22 @@ def _check_wait(name: str, seconds: float | None) -> float | None:
 
 async def _await(value: Any) -> Any:
     return await value
+
+
+@contextlib.contextmanager
+def _not_sent_on(call: Call) -> Iterator[None]:
+    """Turn an exception the contract names in ``not_sent_on`` into :class:`EffectNotSent`."""
+    kinds = call.contract.not_sent_on
+    try:
+        yield
+    except kinds as exc:
+        reason = f"the request was not sent ({type(exc).__name__}: {exc})"
+        raise EffectNotSent(reason, evidence={"error": type(exc).__name__}) from exc
+
+
+async def _await_not_sent_on(call: Call) -> Any:
+    with _not_sent_on(call):
+        return await call.handler(call.arguments, idempotency_key=call.provider_key)
 
 
 def _in_thread(work: Callable[[HandlerOutcome], None], outcome: HandlerOutcome) -> None:

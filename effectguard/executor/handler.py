@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.errors import EffectRejected
+from effectguard.errors import EffectNotSent, EffectRejected
 from effectguard.model import OutcomeProbeResult, ProbeStatus
 
 __all__ = [
@@ -37,6 +37,7 @@ class Outcome(enum.StrEnum):
 
     RETURNED = "returned"
     REJECTED = "rejected"
+    NOT_SENT = "not_sent"
     RAISED = "raised"
     TIMED_OUT = "timed_out"
     INTERRUPTED = "interrupted"
@@ -66,6 +67,8 @@ def classify(call: Callable[[], Any]) -> HandlerOutcome:
         value = call()
     except EffectRejected as exc:
         return HandlerOutcome(Outcome.REJECTED, error=exc)
+    except EffectNotSent as exc:
+        return HandlerOutcome(Outcome.NOT_SENT, error=exc)
     except Exception as exc:  # noqa: BLE001 - any failure is an unknown outcome, recorded as such
         return HandlerOutcome(Outcome.RAISED, error=exc)
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and kin: record, then re-raise

@@ -29,13 +29,16 @@ from effectguard.executor.conflict import differences
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned, live_overlap
+from effectguard.executor.not_sent import not_sent
 from effectguard.executor.observe import Observer, Transition, notify
 from effectguard.executor.outputs import Stored, decode, jsonable, not_stored, store
+from effectguard.executor.pacing import Pace
 from effectguard.executor.peers import PeerWait
-from effectguard.executor.reconcile import Verdict, decide
+from effectguard.executor.reconcile import Ruling, Verdict, decide
 from effectguard.executor.redaction import scrub
 from effectguard.fingerprint import redact_arguments
 from effectguard.ledger.protocol import (
+    UNSET,
     Changes,
     EffectLedger,
     EventDraft,
@@ -86,6 +89,7 @@ class Call:
     fingerprint: str
     #: How long to wait for a peer holding a live lease (``wait_for_peer``), in seconds.
     wait_seconds: float
+    pace: Pace
     secrets: tuple[str, ...] = ()
     observers: tuple[Observer, ...] = ()
 
@@ -112,9 +116,15 @@ class ProbeStep:
 
 @dataclass(frozen=True, slots=True)
 class PauseStep:
-    """Wait ``seconds`` before the next step."""
+    """Wait ``seconds`` before the next step.
+
+    A ``backoff`` wait (between attempts or probes) advances an injected
+    manual clock instead of sleeping; a poll for another worker always sleeps,
+    since that worker needs real time to progress.
+    """
 
     seconds: float
+    backoff: bool = False
 
 
 Step = LedgerStep | HandlerStep | ProbeStep | PauseStep
@@ -358,8 +368,14 @@ class StateMachine:
         status = record.status
         lease = self.lease(call, token)
         if status is EffectStatus.PREPARED:
+            # A PREPARED row keeps its lease while its holder waits to retry; if that
+            # holder is provably gone, its token fences the takeover instead of expiry.
+            gone = record.lease_live and abandoned(record.lease_token, record.lease_owner)
             expect = Expect(
-                statuses=frozenset({status}), lease_expired=True, event_count=record.event_count
+                statuses=frozenset({status}),
+                lease_token=record.lease_token if gone else UNSET,
+                lease_expired=not gone,
+                event_count=record.event_count,
             )
             attempt = record.attempts + 1
             changes = Changes(EffectStatus.DISPATCHED, lease=lease, attempts=attempt)
@@ -426,33 +442,51 @@ class StateMachine:
         """Work the operation while holding its lease: dispatch, settle, reconcile, retry.
 
         The result carries the exception the last handler call raised, if it
-        raised, so that the caller's error can chain it.
+        raised, so that the caller's error can chain it. ``unsent`` tracks
+        whether the operation provably holds no effect before the next
+        dispatch: true for a fresh claim or a PREPARED row, and after an
+        authoritative NOT_COMMITTED with no overlap risk. Only then does an
+        attempt that was not sent prove the operation was never sent.
         """
         renewal = KEEPER.start(
             self.ledger, call.operation_id, token, call.contract.lease_seconds, self.now
         )
         raised: BaseException | None = None
+        unsent = True
         try:
             while True:
                 if dispatch:
                     outcome: HandlerOutcome = yield HandlerStep(token, record.attempts)
                     raised = outcome.error if outcome.kind is Outcome.RAISED else None
-                    settled = yield from self.settle(call, record, token, outcome)
+                    settled = yield from self.settle(
+                        call, record, token, outcome, unsent=unsent
+                    )
                     if isinstance(settled, EffectResult):
                         return _carrying(settled, raised)
                     record = settled
+                    if record.status is EffectStatus.DISPATCHED:
+                        continue  # not sent, and sent again after a wait
                 reconciled = yield from self.reconcile(call, record, token)
                 if isinstance(reconciled, EffectResult):
                     return _carrying(reconciled, raised)
-                record, dispatch = reconciled, True
+                (record, unsent), dispatch = reconciled, True
         finally:
             KEEPER.stop(renewal)
             TOKENS.release(token)
 
     def settle(
-        self, call: Call, record: OperationRecord, token: str, outcome: HandlerOutcome
+        self,
+        call: Call,
+        record: OperationRecord,
+        token: str,
+        outcome: HandlerOutcome,
+        *,
+        unsent: bool,
     ) -> Generator[Step, Any, OperationRecord | EffectResult[Any]]:
-        """Record a handler's outcome; a record back means reconcile it (RECONCILING, our lease)."""
+        """Record a handler's outcome; a record back means reconcile it (RECONCILING, our lease).
+
+        A DISPATCHED record back means the attempt was not sent and is to be sent again now.
+        """
         attempt = record.attempts
         fence = Expect(lease_token=token)
         dispatched = EffectStatus.DISPATCHED
@@ -489,6 +523,8 @@ class StateMachine:
                 )
                 rejected = yield self.write(call, fence, changes, event)
                 return self.result(call, rejected, replayed=False)
+            elif outcome.kind is Outcome.NOT_SENT:
+                return (yield from not_sent(self, call, record, token, outcome, unsent=unsent))
             elif outcome.kind is Outcome.TIMED_OUT:
                 reason = f"the handler passed its {call.contract.handler_timeout:g}s deadline"
                 if outcome.still_running:
@@ -545,14 +581,38 @@ class StateMachine:
             current = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
             return self.result(call, current, replayed=False)
 
+    def backoff(self, seconds: float) -> PauseStep:
+        """A wait between attempts or probes (see :class:`PauseStep`)."""
+        return PauseStep(seconds, backoff=True)
+
+    def probe(self, call: Call) -> Generator[Step, Any, tuple[OutcomeProbeResult | None, int]]:
+        """Probe; while the provider answers PENDING, probe again after a backoff.
+
+        Returns the last answer (None without a probe) and how many probes ran.
+        Re-probing uses no attempt and sends nothing; it stops at the call's deadline.
+        """
+        if call.contract.outcome_probe is None:
+            return None, 0
+        probes = 0
+        while True:
+            probe: OutcomeProbeResult = yield ProbeStep()
+            probes += 1
+            if probe.status is not ProbeStatus.PENDING:
+                return probe, probes
+            wait = call.pace.next_wait()
+            if wait is None:
+                return probe, probes
+            yield self.backoff(wait)
+
     def reconcile(
         self, call: Call, record: OperationRecord, token: str
-    ) -> Generator[Step, Any, OperationRecord | EffectResult[Any]]:
-        """Apply the reconcile table; a record back means dispatch again (DISPATCHED, our lease)."""
+    ) -> Generator[Step, Any, tuple[OperationRecord, bool] | EffectResult[Any]]:
+        """Apply the reconcile table; a record back means dispatch again (DISPATCHED, our lease).
+
+        With it comes whether the operation provably holds no effect (see :meth:`work`).
+        """
         contract, secrets = call.contract, call.secrets
-        probe: OutcomeProbeResult | None = None
-        if contract.outcome_probe is not None:
-            probe = yield ProbeStep()
+        probe, probes = yield from self.probe(call)
         stored: Stored | str | None = None
         if probe is not None and probe.status is ProbeStatus.COMMITTED:
             stored = store(contract, probe.output)
@@ -576,6 +636,8 @@ class StateMachine:
             evidence["cause"] = cause
         if "error" in record.evidence:
             evidence["error"] = record.evidence["error"]
+        if probes > 1:
+            evidence["probes"] = probes
         if isinstance(stored, str):
             evidence["unconfirmable"] = scrub(stored, secrets)
         elif stored is not None:
@@ -597,6 +659,14 @@ class StateMachine:
             )
             step = self.write(call, fence, changes, event)
         elif ruling.verdict is Verdict.RETRY:
+            wait = call.pace.next_wait()
+            if wait is None:
+                return (
+                    yield from self.give_up_waiting(
+                        call, token, attempt, ruling, evidence, overlap
+                    )
+                )
+            yield self.backoff(wait)
             changes = Changes(
                 EffectStatus.DISPATCHED,
                 lease=self.lease(call, token),
@@ -639,9 +709,39 @@ class StateMachine:
             current = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
             return self.result(call, current, replayed=False)
         if ruling.verdict is Verdict.RETRY:
-            return written
+            return written, ruling.nothing_committed
         live = probe.output if probe is not None and ruling.verdict is Verdict.CONFIRM else None
         return self.result(call, written, replayed=False, live=live)
+
+    def give_up_waiting(
+        self,
+        call: Call,
+        token: str,
+        attempt: int,
+        ruling: Ruling,
+        evidence: dict[str, Any],
+        overlap: tuple[OverlapHolder, ...],
+    ) -> Generator[Step, Any, EffectResult[Any]]:
+        """A retry is allowed but would start past the call's deadline: leave it to the next call.
+
+        Provably unsent, the operation waits PREPARED; otherwise OUTCOME_UNKNOWN,
+        so the next call reconciles it again before any resend.
+        """
+        deadline = f"the next attempt would start past the call's {call.pace.deadline:g}s deadline"
+        reconciling = EffectStatus.RECONCILING
+        target, kind = EffectStatus.OUTCOME_UNKNOWN, EventType.OUTCOME_UNKNOWN
+        if ruling.nothing_committed:
+            target, kind = EffectStatus.PREPARED, EventType.RETRY
+        reason = f"{ruling.reason}; {deadline}: call again to retry it"
+        changes = Changes(target, lease=None, reason=reason, evidence=evidence, overlap=overlap)
+        event = EventDraft(kind, reconciling, target, attempt, evidence)
+        try:
+            written: OperationRecord = yield self.write(
+                call, Expect(lease_token=token), changes, event
+            )
+        except FencedWriteError:
+            written = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
+        return self.result(call, written, replayed=False)
 
 
 def _unknown_because(outcome: HandlerOutcome) -> str:

@@ -26,10 +26,16 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Ruling:
-    """A verdict and the reason a person reads in the ledger."""
+    """A verdict and the reason a person reads in the ledger.
+
+    ``nothing_committed`` is True when the evidence proves the operation holds
+    no effect (an authoritative NOT_COMMITTED with no overlap risk): only then
+    does a later attempt that is not sent prove the operation was never sent.
+    """
 
     verdict: Verdict
     reason: str
+    nothing_committed: bool = False
 
 
 def _policy(policy: UnknownOutcomePolicy, reason: str) -> Ruling:
@@ -73,7 +79,10 @@ def decide(
                 "(overlap risk) and the provider does not guarantee idempotency",
             )
         basis = "the probe found no effect (authoritative)"
-    elif guaranteed:
+        if not attempts_left:
+            return Ruling(Verdict.QUARANTINE, f"{basis}, but no attempts are left")
+        return Ruling(Verdict.RETRY, basis, nothing_committed=not overlap_risk)
+    if guaranteed:
         basis = "the outcome is unknown; the provider's idempotency guarantee covers a resend"
     else:
         evidence = "no probe" if probe is None else "the probe could not tell"

@@ -7,6 +7,7 @@ server needs ``aiosmtpd``, so it is imported from its own module,
 :mod:`effectguard.testkit.servers.smtp`.
 """
 
+from effectguard.executor.pacing import seeded_jitter
 from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.fakes import (
     FakeEmailProvider,
@@ -42,4 +43,5 @@ __all__ = [
     "ProviderUnavailable",
     "ReceivedRequest",
     "ServerFault",
+    "seeded_jitter",
 ]

@@ -18,6 +18,12 @@ class Fault(enum.StrEnum):
     FAIL_BEFORE_COMMIT = "fail_before_commit"
     """The request fails before the provider commits anything (the client sees an error)."""
 
+    UNREACHABLE = "unreachable"
+    """The destination refuses the connection: nothing is sent (``ConnectionRefusedError``).
+
+    The attempt counts in the plan's numbering, but no request reaches the provider.
+    """
+
     LOSE_ACK = "lose_ack"
     """The provider commits, then the acknowledgement is lost (the client sees a timeout)."""
 

@@ -193,15 +193,18 @@ def test_uncertain_outcome_without_evidence_is_quarantined(executor):
     assert provider.committed() == 1
 
 
-def test_pending_outcome_raises_effect_outcome_unknown(executor):
-    """A probe reporting PENDING leaves the call OUTCOME_UNKNOWN, raised as EffectOutcomeUnknown."""
-    provider = FakePaymentProvider(faults=FaultPlan([Fault.PENDING], pending_probes=5))
-    capture = capture_tool(executor, provider, unknown_outcome="keep_unknown")
+def test_pending_outcome_raises_effect_outcome_unknown(executor, clock):
+    """A probe still PENDING at the call's deadline leaves OUTCOME_UNKNOWN: EffectOutcomeUnknown."""
+    provider = FakePaymentProvider(faults=FaultPlan([Fault.PENDING], pending_probes=10_000))
+    capture = capture_tool(executor, provider, unknown_outcome="keep_unknown", deadline=2.0)
+    started = clock()
     with pytest.raises(EffectOutcomeUnknown) as info:
         capture("INV-3", 300)
     assert info.value.result.status is EffectStatus.OUTCOME_UNKNOWN
     assert capture.contract.unknown_outcome is UnknownOutcomePolicy.KEEP_UNKNOWN
     assert provider.committed() == 0
+    assert provider.requests == 1
+    assert 0 < clock() - started <= 2.0
 
 
 def test_operation_held_by_another_worker_raises_effect_in_progress(executor):

@@ -135,11 +135,11 @@ def test_confirmed_operation_is_replayed_by_a_new_process_after_reopening(tmp_pa
 
 
 def test_pending_provider_keeps_the_operation_unknown_and_never_resends(ledger):
-    """A PENDING probe leaves OUTCOME_UNKNOWN; later calls re-probe until the commit shows."""
+    """With deadline=0 a PENDING probe leaves OUTCOME_UNKNOWN; later calls re-probe, no resend."""
     provider = FakePaymentProvider(
         idempotency_guaranteed=False, faults=FaultPlan([Fault.PENDING], pending_probes=2)
     )
-    executor = EffectExecutor(ledger)
+    executor = EffectExecutor(ledger, deadline=0)
     contract = capture_contract(provider)
 
     first = executor.execute(contract, ARGS, provider.handler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -9,12 +10,16 @@ from pathlib import Path
 import pytest
 
 from effectguard import (
+    EffectExecutor,
+    EffectNotSent,
     EffectQuarantined,
     EffectRejected,
     EffectStatus,
     EventType,
     ProbeStatus,
+    use_executor,
 )
+from effectguard.testkit import ManualClock
 from effectguard.testkit.servers.smtp import FakeSMTPServer, SMTPFault
 
 SCRIPT = Path(__file__).resolve().parents[2] / "recipes" / "email_smtp.py"
@@ -169,3 +174,26 @@ def test_the_recipe_runs_as_a_script():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "messages the server accepted: 2" in done.stdout
+
+
+def test_a_refused_connection_is_not_sent_and_a_later_call_sends_it_once(
+    ledger, server, email_recipe
+):
+    """SMTP server down: EffectNotSent, nothing quarantined; back up: exactly one message."""
+    down = socket.socket()
+    down.bind(("127.0.0.1", 0))  # bound but not listening: every connect is refused
+    mailer = mailer_for(email_recipe, server)
+    mailer.port = down.getsockname()[1]
+    with use_executor(EffectExecutor(ledger, clock=ManualClock())), down:
+        with pytest.raises(EffectNotSent) as info:
+            mailer.send_receipt(*RECEIPT)
+        assert info.value.result.status is EffectStatus.PREPARED
+        assert server.received() == 0
+
+        mailer.port = server.port  # the server is back
+        result = mailer.send_receipt.execute(*RECEIPT)
+
+    assert result.status is EffectStatus.CONFIRMED
+    assert server.received() == 1
+    kinds = [event.type for event in ledger.events(result.operation_id)]
+    assert EventType.QUARANTINED not in kinds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,12 +11,15 @@ import pytest
 from support import wait_until
 
 from effectguard import (
+    EffectExecutor,
+    EffectNotSent,
     EffectOutcomeUnknown,
     EffectRejected,
     EffectStatus,
     ProbeStatus,
+    use_executor,
 )
-from effectguard.testkit import FakePaymentServer, ServerFault
+from effectguard.testkit import FakePaymentServer, ManualClock, ServerFault
 
 KEY = "invoice-INV-1042-capture"
 SCRIPT = Path(__file__).resolve().parents[2] / "recipes" / "payments.py"
@@ -199,3 +203,26 @@ def test_the_contract_declares_the_key_guarantee_and_confirms_only_success(payme
     assert contract.provider_key_retention_seconds == 24 * 3600
     assert contract.postcondition({"status": "succeeded"})
     assert not contract.postcondition({"status": "processing"})
+
+
+def test_a_refused_connection_is_not_sent_and_a_later_call_captures_once(
+    ledger, server, payments_recipe
+):
+    """API down: EffectNotSent, no quarantine, nothing captured; back up: exactly one capture."""
+    down = socket.socket()
+    down.bind(("127.0.0.1", 0))  # bound but not listening: every connect is refused
+    unreachable = payments_recipe.PaymentsClient(
+        f"http://127.0.0.1:{down.getsockname()[1]}", "sk_test", timeout=5.0
+    )
+    with use_executor(EffectExecutor(ledger, clock=ManualClock())), down:
+        with pytest.raises(EffectNotSent) as info:
+            unreachable.capture("INV-1042", 1999)
+        assert info.value.result.status is EffectStatus.PREPARED
+        assert server.posts() == 0
+
+        back = payments_recipe.PaymentsClient(server.url, "sk_test", timeout=5.0)
+        result = back.capture.execute("INV-1042", 1999)
+
+    assert result.status is EffectStatus.CONFIRMED
+    assert server.posts() == 1
+    assert server.committed() == 1

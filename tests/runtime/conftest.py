@@ -11,8 +11,12 @@ from effectguard.testkit import FakePaymentProvider
 
 @pytest.fixture
 def executor(ledger: EffectLedger, clock) -> EffectExecutor:
-    """An executor over this test's ledger, on the hand-moved clock."""
-    return EffectExecutor(ledger, clock=clock)
+    """An executor over this test's ledger, on the hand-moved clock.
+
+    With ``deadline=0`` a call never waits to re-probe or retry, so an effect the
+    provider still reports pending leaves the run WAITING, as these tests need.
+    """
+    return EffectExecutor(ledger, clock=clock, deadline=0)
 
 
 @pytest.fixture

@@ -39,7 +39,8 @@ def build(workdir: Path, fault: str) -> AgentRuntime:
     return AgentRuntime(
         script(),
         ToolRegistry.discover(Payments(provider)),
-        EffectExecutor(SQLiteEffectLedger(workdir / "ledger.db")),
+        # deadline=0: a pending effect makes the run wait instead of being re-probed now.
+        EffectExecutor(SQLiteEffectLedger(workdir / "ledger.db"), deadline=0),
         checkpoints=SQLiteCheckpointStore(workdir / "runs.db"),
         trace=JsonLinesTraceSink(workdir / "trace.jsonl"),
         audit=JsonLinesAuditSink(workdir / "audit.jsonl"),

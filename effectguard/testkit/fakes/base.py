@@ -284,6 +284,10 @@ class FakeProvider(abc.ABC):
         """Run one request through its planned fault; return the acknowledged response."""
         self.requests += 1
         fault = self.faults.fault_for(self._attempt(reference))
+        if fault is Fault.UNREACHABLE:
+            self.requests -= 1  # refused at connect: the request never reached the provider
+            msg = f"[Errno 111] Connection refused (request {reference!r} not sent)"
+            raise ConnectionRefusedError(111, msg)
         if fault is Fault.CRASH_BEFORE_COMMIT:
             _kill_this_process()
         if fault is Fault.FAIL_BEFORE_COMMIT:

@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import IO, Any, Self
 
 from effectguard.executor import EffectExecutor
+from effectguard.executor.pacing import seeded_jitter
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.faults import Fault, FaultPlan
@@ -214,7 +215,8 @@ def _execute(run: ChildRun, error_path: str) -> None:
             lease_seconds=run.lease_seconds,
             broken_key=run.broken_key,
         )
-        EffectExecutor(ledger, clock=clock).execute(setup.contract, setup.arguments, setup.handler)
+        executor = EffectExecutor(ledger, clock=clock, jitter=seeded_jitter(run.subject))
+        executor.execute(setup.contract, setup.arguments, setup.handler)
     except BaseException:  # noqa: BLE001 - reported to the parent through the error file
         Path(error_path).write_text(traceback.format_exc(), encoding="utf-8")
         os._exit(_FAILED)

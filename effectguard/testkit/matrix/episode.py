@@ -11,6 +11,11 @@ How a crash is modelled:
   GC pause, a partition) until its lease expires; a second worker takes over
   with overlap risk; then the stuck request commits. Threads and a hand-moved
   clock make this deterministic, with no sleeping.
+
+A *destination unreachable* episode refuses the connection for its first
+``unreachable`` attempts (nothing is sent), then the destination is back: it
+must end CONFIRMED with one effect and no quarantine, however many calls the
+outage spans.
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ import enum
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from effectguard.errors import InternalError
 from effectguard.executor import EffectExecutor
+from effectguard.executor.pacing import Jitter, seeded_jitter
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.model import EffectStatus, OperationRecord
 from effectguard.testkit.clock import ManualClock
@@ -45,6 +51,8 @@ WAIT_SECONDS = 60.0
 
 _FAULTS = (Fault.NONE, Fault.FAIL_BEFORE_COMMIT, Fault.LOSE_ACK, Fault.PENDING)
 _FAULT_WEIGHTS = (40, 20, 25, 15)
+#: The share of episodes whose destination is unreachable for their first attempts.
+_UNREACHABLE_SHARE = 0.15
 _KILLS = frozenset({Fault.CRASH_BEFORE_COMMIT, Fault.CRASH_AFTER_COMMIT})
 _SETTLED = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED, EffectStatus.QUARANTINED})
 
@@ -82,6 +90,7 @@ class EpisodeSpec:
     crash: CrashPoint
     pending_probes: int
     visible_after_reads: int
+    unreachable: int = 0
 
     @property
     def subject(self) -> str:
@@ -101,6 +110,13 @@ def draw(number: int, rng: random.Random) -> EpisodeSpec:
     crash_attempt = rng.choice([1, 2])
     if crash is not CrashPoint.NONE:
         faults[0 if crash is CrashPoint.STALL else crash_attempt - 1] = _CRASH_FAULTS[crash]
+    unreachable = 0
+    if rng.random() < _UNREACHABLE_SHARE:
+        # Up to one attempt more than a call's budget: the outage outlasts a call.
+        unreachable, crash = rng.randint(1, PLANNED_ATTEMPTS), CrashPoint.NONE
+        faults = [Fault.UNREACHABLE] * unreachable + [Fault.NONE] * (
+            PLANNED_ATTEMPTS - unreachable
+        )
     return EpisodeSpec(
         number=number,
         kind=kind,
@@ -109,6 +125,7 @@ def draw(number: int, rng: random.Random) -> EpisodeSpec:
         crash=crash,
         pending_probes=rng.randint(1, 2),
         visible_after_reads=rng.randint(1, 3),
+        unreachable=unreachable,
     )
 
 
@@ -138,6 +155,7 @@ class EpisodeResult:
             "service": self.spec.service.value,
             "faults": [fault.value for fault in self.spec.faults],
             "crash": self.spec.crash.value,
+            "unreachable": self.spec.unreachable,
             "final_status": self.final_status,
             "attempts": self.attempts,
             "calls": self.calls,
@@ -158,11 +176,12 @@ class EpisodeContext:
     children: ChildRunner
     workdir: Path
     broken_contract: bool = False
+    jitter: Jitter = field(default_factory=lambda: seeded_jitter(0))
 
     @property
     def executor(self) -> EffectExecutor:
-        """An executor on the shared ledger and clock."""
-        return EffectExecutor(self.ledger, clock=self.clock)
+        """An executor on the shared ledger and clock; its waits advance the clock."""
+        return EffectExecutor(self.ledger, clock=self.clock, jitter=self.jitter)
 
 
 def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:

@@ -164,6 +164,8 @@ def build_setup(
         unknown_outcome=policy,
         lease_seconds=lease_seconds,
         max_attempts=max_attempts,
+        # The fakes refuse the connection (Fault.UNREACHABLE) before anything is sent.
+        not_sent_on=(ConnectionRefusedError,),
     )
     handler: Callable[..., Any] = provider.handler
     if broken_key:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from effectguard.executor.pacing import seeded_jitter
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.model import EffectStatus
 from effectguard.testkit.clock import ManualClock
@@ -101,6 +102,8 @@ class MatrixReport:
     crash_points: dict[str, Metrics]
     results: tuple[EpisodeResult, ...] = field(repr=False)
     ledger_verified: bool = True
+    unreachable: Metrics = field(default_factory=Metrics)
+    """The episodes whose destination refused their first attempts (nothing sent)."""
 
     @property
     def ok(self) -> bool:
@@ -129,6 +132,7 @@ class MatrixReport:
             "crash_points": {
                 name: metrics.to_json() for name, metrics in self.crash_points.items()
             },
+            "destination_unreachable": self.unreachable.to_json(),
             "episode_results": [result.to_json() for result in self.results],
         }
 
@@ -138,6 +142,7 @@ class MatrixReport:
             *self.kinds.items(),
             ("total", self.total),
             *((f"  {name}", metrics) for name, metrics in self.crash_points.items()),
+            ("  destination-unreachable", self.unreachable),
         ]
         width = max(len(name) for name, _ in rows)
         header = "kind".ljust(width) + "".join(f"  {title:>10}" for title, _ in _COLUMNS)
@@ -177,7 +182,9 @@ def run_matrix(
         clock = ManualClock(_EPOCH)
         ledger = SQLiteEffectLedger(workdir / "ledger.db", clock=clock)
         try:
-            context = EpisodeContext(ledger, clock, children, workdir, broken_contract)
+            context = EpisodeContext(
+                ledger, clock, children, workdir, broken_contract, seeded_jitter(seed)
+            )
             for spec in specs:
                 results.append(_episode.run(spec, context))
                 if progress is not None:
@@ -188,7 +195,10 @@ def run_matrix(
     total = Metrics()
     kinds = {kind.value: Metrics() for kind in ContractKind}
     crash_points = {point.value: Metrics() for point in CrashPoint}
+    unreachable = Metrics()
     for result in results:
+        if result.spec.unreachable:
+            unreachable.add(result)
         total.add(result)
         kinds[result.spec.kind.value].add(result)
         crash_points[result.spec.crash.value].add(result)
@@ -200,4 +210,5 @@ def run_matrix(
         crash_points=crash_points,
         results=tuple(results),
         ledger_verified=verified,
+        unreachable=unreachable,
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from effectguard.contract import EffectContract
 from effectguard.executor import EffectExecutor
+from effectguard.executor.pacing import seeded_jitter
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.fakes.base import FakeProvider, Lookup
@@ -118,8 +119,12 @@ class ScenarioEnv:
         return ledger
 
     def executor(self, ledger: SQLiteEffectLedger) -> EffectExecutor:
-        """An executor on ``ledger`` that reads the scenario's clock."""
-        return EffectExecutor(ledger, clock=self.clock)
+        """An executor on ``ledger`` that reads the scenario's clock.
+
+        Its waits advance that clock, and their jitter is drawn from the seed, so
+        a scenario's report is the same on every run.
+        """
+        return EffectExecutor(ledger, clock=self.clock, jitter=seeded_jitter(self.seed))
 
     def payments(
         self,

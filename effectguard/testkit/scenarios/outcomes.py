@@ -11,6 +11,9 @@ from effectguard.testkit.scenarios._report import ScenarioReport
 
 __all__: list[str] = []
 
+#: Lookups the pending scenario takes: two PENDING answers, then COMMITTED.
+_LOOKUPS = 3
+
 
 @scenario("after-commit-before-ack")
 def after_commit_before_ack(env: ScenarioEnv) -> ScenarioReport:
@@ -127,9 +130,9 @@ def timeout_no_probe(env: ScenarioEnv) -> ScenarioReport:
 def pending(env: ScenarioEnv) -> ScenarioReport:
     """The provider accepts the capture but reports it pending for two lookups.
 
-    Invariant: while the probe says PENDING the operation stays OUTCOME_UNKNOWN
-    and is never resent; the call after the provider finishes confirms it; the
-    provider holds exactly one capture.
+    Invariant: while the probe says PENDING the operation is never resent; the
+    call probes again after a backoff, without using an attempt, and confirms it
+    once the provider has finished; the provider holds exactly one capture.
     """
     provider, contract, arguments = env.payments(
         guaranteed=False,
@@ -140,19 +143,19 @@ def pending(env: ScenarioEnv) -> ScenarioReport:
     operation_id = contract.identity(arguments)[0]
     env.require_fresh(ledger, operation_id)
     executor = env.executor(ledger)
-    statuses = [executor.execute(contract, arguments, provider.handler).status for _ in range(3)]
-    unknown = EffectStatus.OUTCOME_UNKNOWN
+    result = executor.execute(contract, arguments, provider.handler)
     return env.report(
         ledger=ledger,
         provider=provider,
         operation_id=operation_id,
         checks=[
-            ("the first two calls leave it OUTCOME_UNKNOWN", statuses[:2] == [unknown, unknown]),
-            ("the third call confirms it", statuses[2] is EffectStatus.CONFIRMED),
+            ("the call re-probed until it could confirm", result.confirmed),
+            ("the provider was looked up three times", provider.lookups == _LOOKUPS),
             ("it was never resent while pending", provider.requests == 1),
+            ("no attempt was used by re-probing", result.attempts == 1),
             ("the provider holds exactly one capture", provider.committed() == 1),
         ],
-        details={"statuses": [status.value for status in statuses]},
+        details={"statuses": [result.status.value], "lookups": provider.lookups},
     )
 
 
