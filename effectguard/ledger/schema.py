@@ -176,6 +176,10 @@ def _owner_text(owner: LeaseOwner) -> str:
     return canonical_json(owner.to_json())
 
 
+def _same(micros: int) -> int:
+    return micros
+
+
 def _utc(value: datetime) -> datetime:
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
@@ -215,9 +219,9 @@ def _dumpers(kind: Kind, store_time: Callable[[int], Any]) -> _Convert:
             canonical_json([holder.to_json() for holder in holders]) if holders else None
         ),
         Kind.TIME: lambda value: (
-            None
-            if value is None
-            else store_time(value if isinstance(value, int) else chain.to_micros(value))
+            value
+            if value is None or (type(value) is int and store_time is _same)
+            else store_time(value if type(value) is int else chain.to_micros(value))
         ),
         Kind.BYTES: bytes,
     }[kind]
@@ -441,10 +445,6 @@ class Rows:
         values[head] = new_head or b""
         values[self.name("updated_at")] = self.store_time(now_us)
         return tuple(values.values()), events
-
-
-def _same(micros: int) -> int:
-    return micros
 
 
 #: SQLite's rows: times as whole microseconds since the epoch.
