@@ -145,7 +145,7 @@ def _replica(shape: History, shape_index: int, index: int, shift: timedelta) -> 
     linked = chain.relink(
         new_id,
         [
-            dataclasses.replace(event, evidence=moved)
+            event if moved is event.evidence else dataclasses.replace(event, evidence=moved)
             for event, moved in zip(events, evidence, strict=True)
         ],
         shift=shift,

@@ -18,7 +18,6 @@ so writers of different operations never queue behind one global chain.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -170,11 +169,31 @@ def relink(
     linked: list[EffectEvent] = []
     head: bytes | None = None
     for seq, event in enumerate(events, start=1):
-        moved = dataclasses.replace(
-            event, operation_id=operation_id, seq=seq, at=event.at + shift, hash=b""
+        at = event.at + shift
+        document = chain_document(
+            operation_id,
+            seq,
+            event.type,
+            event.from_status,
+            event.to_status,
+            event.attempt,
+            to_micros(at),
+            event.evidence,
         )
-        head = chain_hash(head, event_document(moved))
-        linked.append(dataclasses.replace(moved, hash=head))
+        head = chain_hash(head, document)
+        linked.append(
+            EffectEvent(
+                operation_id,
+                seq,
+                event.type,
+                event.from_status,
+                event.to_status,
+                event.attempt,
+                at,
+                event.evidence,
+                head,
+            )
+        )
     return linked
 
 
