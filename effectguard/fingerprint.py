@@ -1,4 +1,4 @@
-"""Canonical JSON, request fingerprints and event-chain hashes.
+"""Canonical JSON and request fingerprints.
 
 Canonical JSON is the one text form every stored or hashed value takes: object
 keys sorted, no insignificant whitespace, UTF-8, finite numbers only. Only
@@ -19,7 +19,6 @@ from typing import Any
 __all__ = [
     "REDACTED",
     "canonical_json",
-    "chain_hash",
     "check_json_value",
     "redact_arguments",
     "request_fingerprint",
@@ -27,9 +26,6 @@ __all__ = [
 
 #: What a redacted argument's value is replaced by wherever it is stored.
 REDACTED = "[redacted]"
-
-_GENESIS = b"effectguard-event-chain-v1"
-
 
 def check_json_value(value: Any, path: str = "$") -> None:
     """Raise ``TypeError`` naming the first part of ``value`` that is not canonical JSON."""
@@ -133,16 +129,3 @@ def request_fingerprint(
         "version": contract_version,
     }
     return _sha256_hex(canonical_json(document))
-
-
-def chain_hash(previous: bytes | None, event: Mapping[str, Any]) -> bytes:
-    """Return the hash that links ``event`` to the hash of the event before it.
-
-    ``previous`` is None for an operation's first event. Editing, reordering or
-    removing any event changes every hash after it, so the head kept on the
-    operation no longer matches.
-    """
-    digest = hashlib.sha256()
-    digest.update(previous if previous is not None else _GENESIS)
-    digest.update(canonical_json(event).encode("utf-8"))
-    return digest.digest()

@@ -6,7 +6,7 @@ import enum
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 __all__ = [
@@ -280,55 +280,6 @@ class EffectEvent:
     at: datetime
     evidence: Mapping[str, Any]
     hash: bytes
-
-    def chain_document(self) -> dict[str, Any]:
-        """Return the fields the chain hash covers, in canonical-JSON-ready form."""
-        return chain_document(
-            self.operation_id,
-            self.seq,
-            self.type,
-            self.from_status,
-            self.to_status,
-            self.attempt,
-            to_micros(self.at),
-            self.evidence,
-        )
-
-
-def chain_document(
-    operation_id: str,
-    seq: int,
-    type_: EventType,
-    from_status: EffectStatus | None,
-    to_status: EffectStatus,
-    attempt: int,
-    at_micros: int,
-    evidence: Mapping[str, Any],
-) -> dict[str, Any]:
-    """Return the document an event's chain hash is computed over."""
-    return {
-        "at": at_micros,
-        "attempt": attempt,
-        "evidence": dict(evidence),
-        "from": None if from_status is None else from_status.value,
-        "operation_id": operation_id,
-        "seq": seq,
-        "to": to_status.value,
-        "type": type_.value,
-    }
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def from_micros(micros: int) -> datetime:
-    """Return the timezone-aware UTC datetime ``micros`` microseconds after the epoch."""
-    return _EPOCH + timedelta(microseconds=micros)
-
-
-def to_micros(moment: datetime) -> int:
-    """Return whole microseconds since the epoch, exactly (no float rounding)."""
-    return (moment - _EPOCH) // timedelta(microseconds=1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Operator reads on a large ledger, and how many bytes a ledger spends per operation.
 
-The bench fabricates the large ledger in one transaction (see
+The bench runs the executor once per kind of history, replicates those
+histories into the large ledger with the ledger's own ``bulk_load`` (see
 :mod:`effectguard.bench._histories`), then times the reads an operator runs
 during an incident: the quarantined operations, newest first, and one
 operation's events.
@@ -15,18 +16,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.bench._histories import QUARANTINE_EVERY, histories, operation_id
+from effectguard.bench._histories import (
+    QUARANTINE_EVERY,
+    histories,
+    operation_id,
+    record_shapes,
+)
 from effectguard.bench._site import Site
 from effectguard.bench._stats import rounded
 from effectguard.model import EffectStatus
 
-__all__ = ["LIST_TARGET_MS", "BigLedger", "measure"]
+__all__ = ["LIST_TARGET_MS", "BigLedger", "build", "measure"]
 
 #: Listing the quarantined operations of a 1,000,000-operation ledger must take less than this.
 LIST_TARGET_MS = 20.0
 #: Reads timed per round, for each kind of read.
 _READS = 20
 _NAME = "big"
+_SHAPES = "shapes"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +92,26 @@ def _median_ms(read: Callable[[], object]) -> float:
     return statistics.median(times)
 
 
+def build(site: Site, name: str, size: int) -> None:
+    """Fill the new ledger ``name`` with ``size`` operations, the last one just now.
+
+    The executor writes one operation of each kind into a scratch ledger on
+    the same site; ``size`` replicas of them are bulk-loaded.
+    """
+    end_us = time.time_ns() // 1000
+    scratch = site.ledger(f"{name}_{_SHAPES}")
+    try:
+        shapes = record_shapes(scratch, (end_us - 1_000_000) / 1_000_000)
+    finally:
+        scratch.close()
+    site.bulk_load(name, histories(shapes, size, end_us))
+
+
 def measure(site: Site, size: int, rounds: int, progress: Callable[[str], None]) -> BigLedger:
     """Build a ledger of ``size`` operations on ``site``, then time its reads ``rounds`` times."""
     progress(f"building a ledger of {size:,} operations")
     started = time.perf_counter()
-    site.bulk_load(_NAME, histories(size, time.time_ns() // 1000))
+    build(site, _NAME, size)
     build_seconds = time.perf_counter() - started
     ledger = site.ledger(_NAME)
     try:

@@ -1,40 +1,54 @@
-"""The operations of a fabricated large ledger: what the executor would have written.
+"""The operations of a large bench ledger, exactly as the executor writes them.
 
-Each :class:`History` is an operation as first claimed plus the transitions
-that followed, with their events and times, mirroring the executor's own
-writes: most operations were confirmed at once; every hundredth timed out,
-had no probe and was quarantined. Backends turn histories into rows with the
-ledger's own row and chain helpers, so a fabricated ledger verifies.
+Each distinct history is produced once by the real state machine: an
+:class:`~effectguard.executor.EffectExecutor` calls a testkit fake payment
+provider under a :class:`~effectguard.testkit.ManualClock`, on a scratch
+ledger of the backend being measured. Most operations were confirmed at once;
+every hundredth met a provider timeout, had no probe, and was quarantined.
+The large ledger is those histories replicated under new operation ids (the
+invoice id changes everywhere it appears, the fingerprint is recomputed, the
+chain is hashed afresh, times move on) and written by the ledger's own
+``bulk_load``, which checks every chain: nothing here decides what a row or
+an event looks like.
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Iterator
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from effectguard.contract import EffectContract
+from effectguard.executor import EffectExecutor
 from effectguard.fingerprint import canonical_json, request_fingerprint
-from effectguard.ledger.protocol import Changes, EventDraft, Lease, NewOperation
-from effectguard.model import EffectStatus, EventType
-from effectguard.process import current_owner
+from effectguard.ledger import chain
+from effectguard.ledger.protocol import EffectLedger, EventDraft
+from effectguard.model import EffectEvent, EffectStatus, EventType, OperationRecord
+from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup, ManualClock
 
 __all__ = [
     "CLAIMED_EVENTS",
     "CONTRACT",
     "QUARANTINE_EVERY",
-    "History",
-    "Transition",
+    "Shapes",
     "histories",
     "operation_id",
+    "record_shapes",
 ]
 
-#: The contract name fabricated operations are recorded under.
+#: The contract name bench operations are recorded under.
 CONTRACT = "bench.capture"
 #: One operation in this many was quarantined; the rest were confirmed.
 QUARANTINE_EVERY = 100
-#: Microseconds between the starts of consecutive fabricated operations.
+#: Microseconds between the starts of consecutive operations.
 _SPACING_US = 1000
+#: How long the provider takes to answer, by the shapes' clock.
+_CONFIRM_SECONDS = 0.0008
+_TIMEOUT_SECONDS = 0.0005
+_AMOUNT_CENTS = 1999
 
 #: The events of a claim, as the executor writes them.
 CLAIMED_EVENTS = (
@@ -42,113 +56,128 @@ CLAIMED_EVENTS = (
     EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
 )
 
-
-@dataclass(frozen=True, slots=True)
-class Transition:
-    """One write after the claim: its changes and events, at ``at_us``."""
-
-    changes: Changes
-    events: tuple[EventDraft, ...]
-    at_us: int
+History = tuple[OperationRecord, list[EffectEvent]]
 
 
-@dataclass(frozen=True, slots=True)
-class History:
-    """One operation: claimed at ``at_us`` with ``events``, then ``transitions`` in order."""
-
-    operation: NewOperation
-    events: tuple[EventDraft, ...]
-    at_us: int
-    transitions: tuple[Transition, ...]
+def _invoice(index: int) -> str:
+    return f"INV-{index:08d}"
 
 
 def operation_id(index: int) -> str:
-    """The id of fabricated operation ``index``."""
-    return f"invoice:INV-{index:08d}:capture"
+    """The id of bench operation ``index``."""
+    return f"invoice:{_invoice(index)}:capture"
 
 
-def histories(count: int, end_us: int) -> Iterator[History]:
-    """Yield ``count`` operations, the last of them starting shortly before ``end_us``."""
-    owner = current_owner()
-    start = end_us - (count + 1) * _SPACING_US
-    for index in range(count):
-        at = start + index * _SPACING_US
-        invoice = f"INV-{index:08d}"
-        arguments = {"amount_cents": 1999 + index % 1000, "currency": "EUR", "invoice_id": invoice}
-        key = f"capture:{invoice}"
-        operation = NewOperation(
-            operation_id=operation_id(index),
-            contract=CONTRACT,
-            contract_version=1,
-            fingerprint=request_fingerprint(CONTRACT, 1, arguments, key),
-            provider_key=key,
-            arguments=arguments,
-            attempt_budget=3,
-            lease=Lease(secrets.token_hex(16), owner, 30.0),
+@dataclass(frozen=True, slots=True)
+class Shapes:
+    """One operation of each history, as the executor wrote it, and the index it stands for."""
+
+    confirmed: History
+    quarantined: History
+    confirmed_index: int
+    quarantined_index: int
+
+
+def _capture(
+    ledger: EffectLedger, clock: ManualClock, index: int, *, times_out: bool
+) -> History:
+    """Run one capture through the executor; return its record and events as stored."""
+    provider = FakePaymentProvider(
+        idempotency_guaranteed=not times_out,
+        lookup=Lookup.NONE if times_out else Lookup.STRONG,
+        faults=FaultPlan({1: Fault.LOSE_ACK}) if times_out else FaultPlan(),
+    )
+    try:
+
+        def handler(arguments: Mapping[str, Any], *, idempotency_key: str | None) -> Any:
+            clock.advance(_TIMEOUT_SECONDS if times_out else _CONFIRM_SECONDS)
+            return provider.handler(arguments, idempotency_key=idempotency_key)
+
+        contract = EffectContract(
+            name=CONTRACT,
+            operation_id=lambda arguments: f"invoice:{arguments['invoice_id']}:capture",
+            provider_idempotency_key=lambda arguments: f"capture:{arguments['invoice_id']}",
+            provider_idempotency_guaranteed=not times_out,
+            outcome_probe=None if times_out else provider.probe,
+            provider_operation_id=lambda output: output["id"],
         )
-        if index % QUARANTINE_EVERY == QUARANTINE_EVERY - 1:
-            transitions = _quarantined(operation.lease, at)
-        else:
-            transitions = (_confirmed(index, at + 800),)
-        yield History(operation, CLAIMED_EVENTS, at, transitions)
+        arguments = {"amount_cents": _AMOUNT_CENTS, "invoice_id": _invoice(index)}
+        result = EffectExecutor(ledger, clock=clock).execute(contract, arguments, handler)
+        wanted = EffectStatus.QUARANTINED if times_out else EffectStatus.CONFIRMED
+        # The provider's own count, not the executor's report, says the capture happened once.
+        if result.status is not wanted or provider.committed() != 1:
+            msg = f"the bench's {wanted.value} history came out {result.status.value}"
+            raise RuntimeError(msg)
+    finally:
+        provider.close()
+    record = ledger.get(operation_id(index), now=clock())
+    if record is None:
+        msg = f"the executor left no record of {operation_id(index)!r}"
+        raise RuntimeError(msg)
+    return record, ledger.events(operation_id(index))
 
 
-def _confirmed(index: int, at: int) -> Transition:
-    output = canonical_json({"capture_id": f"cap_{index:08d}", "status": "succeeded"})
-    changes = Changes(
-        EffectStatus.CONFIRMED,
-        lease=None,
-        output_json=output,
-        provider_operation_id=f"cap_{index:08d}",
-        reason=None,
+def record_shapes(ledger: EffectLedger, start: float) -> Shapes:
+    """Write one operation of each history into the empty ``ledger``, starting at ``start``."""
+    clock = ManualClock(start)
+    confirmed = _capture(ledger, clock, 0, times_out=False)
+    clock.advance(_SPACING_US / 1_000_000)
+    last = QUARANTINE_EVERY - 1
+    quarantined = _capture(ledger, clock, last, times_out=True)
+    return Shapes(confirmed, quarantined, 0, last)
+
+
+def _retargeted(value: Mapping[str, Any], old: str, new: str) -> Mapping[str, Any]:
+    """``value`` with ``old`` replaced by ``new`` in every string (most have none: kept as is)."""
+    if not value:
+        return value
+    text = canonical_json(dict(value))
+    return json.loads(text.replace(old, new)) if old in text else value
+
+
+def _replica(shape: History, shape_index: int, index: int, shift: timedelta) -> History:
+    """``shape`` as operation ``index``: its invoice id swapped in, ``shift`` later, rehashed."""
+    record, events = shape
+    old, new = _invoice(shape_index), _invoice(index)
+    arguments = _retargeted(record.arguments, old, new)
+    evidence = [_retargeted(event.evidence, old, new) for event in events]
+    new_id = operation_id(index)
+    linked = chain.relink(
+        new_id,
+        [
+            event if moved is event.evidence else dataclasses.replace(event, evidence=moved)
+            for event, moved in zip(events, evidence, strict=True)
+        ],
+        shift=shift,
     )
-    event = EventDraft(EventType.CONFIRMED, EffectStatus.DISPATCHED, EffectStatus.CONFIRMED, 1)
-    return Transition(changes, (event,), at)
+    key = None if record.provider_key is None else record.provider_key.replace(old, new)
+    replica = dataclasses.replace(
+        record,
+        operation_id=new_id,
+        fingerprint=request_fingerprint(record.contract, record.contract_version, arguments, key),
+        provider_key=key,
+        arguments=arguments,
+        output_json=None if record.output_json is None else record.output_json.replace(old, new),
+        reason=None if record.reason is None else record.reason.replace(old, new),
+        evidence=_retargeted(record.evidence, old, new),
+        lease_expires_at=(
+            None if record.lease_expires_at is None else record.lease_expires_at + shift
+        ),
+        created_at=record.created_at + shift,
+        updated_at=record.updated_at + shift,
+        first_dispatched_at=record.first_dispatched_at + shift,
+        event_head=linked[-1].hash,
+    )
+    return replica, linked
 
 
-def _quarantined(lease: Lease, at: int) -> tuple[Transition, ...]:
-    reason = "the handler raised: TimeoutError: read timed out"
-    unknown_evidence = {"handler": reason, "overlap_risk": False, "reason": reason}
-    unknown = Transition(
-        Changes(
-            EffectStatus.RECONCILING,
-            lease=lease,
-            overlap=(),
-            reason=f"outcome unknown: {reason}",
-            evidence=unknown_evidence,
-        ),
-        (
-            EventDraft(
-                EventType.OUTCOME_UNKNOWN,
-                EffectStatus.DISPATCHED,
-                EffectStatus.OUTCOME_UNKNOWN,
-                1,
-                unknown_evidence,
-            ),
-            EventDraft(
-                EventType.RECONCILING, EffectStatus.OUTCOME_UNKNOWN, EffectStatus.RECONCILING, 1
-            ),
-        ),
-        at + 500,
-    )
-    verdict_evidence: dict[str, Any] = {"overlap_risk": False, "probe": None, "probe_evidence": {}}
-    quarantined = Transition(
-        Changes(
-            EffectStatus.QUARANTINED,
-            lease=None,
-            reason="no probe and no idempotency guarantee: quarantined for an operator",
-            evidence=verdict_evidence,
-            overlap=(),
-        ),
-        (
-            EventDraft(
-                EventType.QUARANTINED,
-                EffectStatus.RECONCILING,
-                EffectStatus.QUARANTINED,
-                1,
-                verdict_evidence,
-            ),
-        ),
-        at + 600,
-    )
-    return unknown, quarantined
+def histories(shapes: Shapes, count: int, end_us: int) -> Iterator[History]:
+    """Yield ``count`` operations, the last of them starting shortly before ``end_us``."""
+    start_us = end_us - (count + 1) * _SPACING_US
+    for index in range(count):
+        quarantined = index % QUARANTINE_EVERY == QUARANTINE_EVERY - 1
+        shape = shapes.quarantined if quarantined else shapes.confirmed
+        shape_index = shapes.quarantined_index if quarantined else shapes.confirmed_index
+        at_us = start_us + index * _SPACING_US
+        shift = chain.from_micros(at_us) - shape[0].created_at
+        yield _replica(shape, shape_index, index, shift)

@@ -6,24 +6,18 @@ import contextlib
 import json
 import os
 import secrets
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 import psycopg
 
 from effectguard.bench._config import BenchError
-from effectguard.bench._histories import History
 from effectguard.errors import InternalError
-from effectguard.ledger.postgres import PostgresEffectLedger, rows
+from effectguard.ledger.bulk import Loadable
+from effectguard.ledger.postgres import PostgresEffectLedger
 from effectguard.ledger.postgres.connections import describe
-from effectguard.ledger.postgres.sql import OPERATION_COLUMNS
-from effectguard.model import from_micros
 
 __all__ = ["PostgresRaw", "PostgresSite"]
 
-# Operations per pair of COPY statements while bulk-loading (one transaction throughout).
-_CHUNK = 5000
-_EVENT_COLUMNS = "operation_id, seq, type, from_status, to_status, attempt, at, evidence, hash"
 # The durability the ledger gives its own sessions (see _postgres_connections).
 _DURABLE = (
     "SET TIME ZONE 'UTC'; SELECT set_config('synchronous_commit', 'on', false)"
@@ -125,28 +119,16 @@ class PostgresSite:
         self._raws.append(store)
         return store
 
-    def bulk_load(self, name: str, histories: Iterable[History]) -> None:
-        """See :meth:`Site.bulk_load`: COPY in chunks in one transaction, then VACUUM ANALYZE."""
-        self.ledger(name).close()
+    def bulk_load(self, name: str, histories: Loadable) -> None:
+        """See :meth:`Site.bulk_load`, then VACUUM, as a long-lived ledger would have been."""
+        ledger = self.ledger(name)
+        try:
+            ledger.bulk_load(histories)
+        finally:
+            ledger.close()
         schema = f'"{self._schema(name)}"'
-        copy_operations = f"COPY {schema}.operations ({', '.join(OPERATION_COLUMNS)}) FROM STDIN"
-        copy_events = f"COPY {schema}.events ({_EVENT_COLUMNS}) FROM STDIN"
-        conn = self._admin
-        operations: list[list[Any]] = []
-        events: list[tuple[Any, ...]] = []
-        with conn.transaction(), conn.cursor() as cursor:
-            for operation, written in _rows(histories):
-                operations.append(operation)
-                events.extend(written)
-                if len(operations) >= _CHUNK:
-                    _copy(cursor, copy_operations, operations)
-                    _copy(cursor, copy_events, events)
-                    operations.clear()
-                    events.clear()
-            _copy(cursor, copy_operations, operations)
-            _copy(cursor, copy_events, events)
-        conn.execute(f"VACUUM ANALYZE {schema}.operations")
-        conn.execute(f"VACUUM ANALYZE {schema}.events")
+        self._admin.execute(f"VACUUM {schema}.operations")
+        self._admin.execute(f"VACUUM {schema}.events")
 
     def ledger_bytes(self, name: str) -> int:
         """See :meth:`Site.ledger_bytes`: both tables with their indexes and TOAST."""
@@ -186,46 +168,3 @@ class PostgresSite:
         for (schema,) in found:
             self._admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         self._admin.close()
-
-
-def _rows(histories: Iterable[History]) -> Iterator[tuple[list[Any], list[tuple[Any, ...]]]]:
-    """Each history's operation row (OPERATION_COLUMNS order) and event rows."""
-    for history in histories:
-        operation_id = history.operation.operation_id
-        params = rows.created(history.operation, history.events, from_micros(history.at_us))
-        events = _event_rows(operation_id, params)
-        for step in history.transitions:
-            at = from_micros(step.at_us)
-            chain = rows.chain_parameters(
-                operation_id, step.events, params["event_count"], params["event_head"], at
-            )
-            params.update(rows.changed_columns(step.changes, at))
-            # Besides the changed columns, a transition statement sets exactly these three.
-            params.update(
-                updated_at=at, event_count=chain["new_count"], event_head=chain["new_head"]
-            )
-            events.extend(_event_rows(operation_id, chain))
-        yield [params[name] for name in OPERATION_COLUMNS], events
-
-
-def _event_rows(operation_id: str, chain: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """The event rows that the ``e_*`` arrays of ``rows.chain_parameters`` insert."""
-    return [
-        (operation_id, seq, kind, before, after, attempt, chain["at"], evidence, digest)
-        for seq, kind, before, after, attempt, evidence, digest in zip(
-            chain["e_seq"],
-            chain["e_type"],
-            chain["e_from"],
-            chain["e_to"],
-            chain["e_attempt"],
-            chain["e_evidence"],
-            chain["e_hash"],
-            strict=True,
-        )
-    ]
-
-
-def _copy(cursor: psycopg.Cursor[Any], statement: str, values: list[Any]) -> None:
-    with cursor.copy(statement) as copy:
-        for row in values:
-            copy.write_row(row)

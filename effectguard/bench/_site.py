@@ -1,19 +1,19 @@
 """Where a bench run keeps its ledgers and its hand-written baseline, per backend.
 
 A :class:`Site` makes fresh ledgers by name, the raw store the baselines
-write to with the same durability, and bulk-loads fabricated ledgers; it
-removes everything it made when closed. The PostgreSQL site is imported only
-when asked for, so a SQLite bench never needs psycopg.
+write to with the same durability, and bulk-loads large ledgers through the
+ledger's own ``bulk_load``; it removes everything it made when closed. The
+PostgreSQL site is imported only when asked for, so a SQLite bench never
+needs psycopg.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
 from effectguard.bench._config import BenchError
-from effectguard.bench._histories import History
+from effectguard.ledger.bulk import Loadable
 from effectguard.ledger.protocol import EffectLedger
 
 __all__ = ["RawStore", "Site", "open_site"]
@@ -52,8 +52,8 @@ class Site(Protocol):
         """Open the baseline's store (created empty the first time)."""
         ...
 
-    def bulk_load(self, name: str, histories: Iterable[History]) -> None:
-        """Write ``histories`` into the new, empty ledger ``name`` in one transaction."""
+    def bulk_load(self, name: str, histories: Loadable) -> None:
+        """Write ``histories`` into the new, empty ledger ``name`` with its ``bulk_load``."""
         ...
 
     def ledger_bytes(self, name: str) -> int:

@@ -8,18 +8,15 @@ import shutil
 import sqlite3
 import tempfile
 import time
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from effectguard.bench._config import BenchError
-from effectguard.bench._histories import History
-from effectguard.ledger.sqlite import SQLiteEffectLedger, rows
+from effectguard.ledger.bulk import Loadable
+from effectguard.ledger.sqlite import SQLiteEffectLedger
 
 __all__ = ["SQLiteRaw", "SQLiteSite"]
 
-# Operations per executemany while bulk-loading (one transaction throughout).
-_CHUNK = 5000
 _BUSY_TIMEOUT_MS = 10_000
 
 
@@ -112,47 +109,13 @@ class SQLiteSite:
         self._raws.append(store)
         return store
 
-    def bulk_load(self, name: str, histories: Iterable[History]) -> None:
+    def bulk_load(self, name: str, histories: Loadable) -> None:
         """See :meth:`Site.bulk_load`."""
-        self.ledger(name).close()
-        conn = _connect(self._path(name))
-        # The build is one transaction: its durability is the one commit at the end.
-        conn.execute("PRAGMA cache_size = -262144")
-        # The ledger's own column lists; nothing here comes from input.
-        insert_operation = (
-            f"INSERT INTO operations ({rows.COLUMNS})"  # noqa: S608 - column lists are the ledger's own constants
-            f" VALUES ({','.join('?' * len(rows.COLUMN_NAMES))})"
-        )
-        insert_event = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"  # noqa: S608 - column lists are the ledger's own constants
-        operations: list[tuple[Any, ...]] = []
-        events: list[rows.EventRow] = []
+        ledger = self.ledger(name)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            for history in histories:
-                values, written = rows.created(history.operation, history.events, history.at_us)
-                events.extend(written)
-                for step in history.transitions:
-                    changed, written = rows.transitioned(
-                        values, step.changes, step.events, step.at_us
-                    )
-                    values = tuple(changed.values())
-                    events.extend(written)
-                operations.append(values)
-                if len(operations) >= _CHUNK:
-                    conn.executemany(insert_operation, operations)
-                    conn.executemany(insert_event, events)
-                    operations.clear()
-                    events.clear()
-            conn.executemany(insert_operation, operations)
-            conn.executemany(insert_event, events)
-            conn.execute("COMMIT")
-            conn.execute("ANALYZE")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+            ledger.bulk_load(histories)
         finally:
-            conn.close()
+            ledger.close()
 
     def ledger_bytes(self, name: str) -> int:
         """See :meth:`Site.ledger_bytes`: pages in use after a checkpoint, free pages excluded."""

@@ -13,11 +13,10 @@ tests inject a clock through the executor.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from effectguard.fingerprint import canonical_json, chain_hash
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -25,28 +24,20 @@ from effectguard.model import (
     LeaseOwner,
     OperationRecord,
     OverlapHolder,
-    VerifyProblem,
     VerifyReport,
-    chain_document,
 )
 
 __all__ = [
     "UNSET",
-    "ChainedEvent",
     "Changes",
     "EffectLedger",
     "EventDraft",
     "Expect",
     "Lease",
     "NewOperation",
-    "UnreadableEvent",
     "Unset",
     "Versioned",
-    "chain_events",
-    "check_chain",
     "describe_mismatch",
-    "read_event",
-    "verify_chains",
 ]
 
 
@@ -265,165 +256,3 @@ def describe_mismatch(record: Versioned, expect: Expect, *, lease_expired: bool)
     if expect.event_count is not None and record.event_count != expect.event_count:
         return "operation changed since it was read"
     return None
-
-
-#: One chained event as both backends store it: seq, type, from, to, attempt, evidence JSON, hash.
-ChainedEvent = tuple[int, str, str | None, str, int, str | None, bytes]
-
-
-def chain_events(
-    operation_id: str,
-    drafts: Sequence[EventDraft],
-    count: int,
-    head: bytes | None,
-    at_micros: int,
-) -> tuple[list[ChainedEvent], int, bytes | None]:
-    """Hash ``drafts`` onto the chain of ``count`` events ending at ``head``, dated ``at_micros``.
-
-    The one definition of the chain every backend writes and :func:`check_chain`
-    checks. Returns the events as stored, the new event count and the new head.
-    """
-    chained: list[ChainedEvent] = []
-    for draft in drafts:
-        count += 1
-        evidence = dict(draft.evidence)
-        document = chain_document(
-            operation_id,
-            count,
-            draft.type,
-            draft.from_status,
-            draft.to_status,
-            draft.attempt,
-            at_micros,
-            evidence,
-        )
-        head = chain_hash(head, document)
-        chained.append(
-            (
-                count,
-                draft.type.value,
-                None if draft.from_status is None else draft.from_status.value,
-                draft.to_status.value,
-                draft.attempt,
-                canonical_json(evidence) if evidence else None,
-                head,
-            )
-        )
-    return chained, count, head
-
-
-def check_chain(
-    operation_id: str,
-    event_count: int,
-    event_head: bytes,
-    events: Iterable[EffectEvent | UnreadableEvent],
-    status: str | None = None,
-) -> list[VerifyProblem]:
-    """Return every break between ``events`` and the head, count and status on the operation."""
-    problems: list[VerifyProblem] = []
-    previous: bytes | None = None
-    expected_seq = 1
-    seen = 0
-    last: EffectEvent | UnreadableEvent | None = None
-    for event in events:
-        seen += 1
-        last = event
-        if event.seq != expected_seq:
-            problems.append(
-                VerifyProblem(
-                    operation_id, event.seq, f"event {expected_seq} is missing or out of order"
-                )
-            )
-            expected_seq = event.seq
-        if isinstance(event, UnreadableEvent):
-            problems.append(
-                VerifyProblem(operation_id, event.seq, f"event cannot be read: {event.error}")
-            )
-        elif chain_hash(previous, event.chain_document()) != event.hash:
-            problems.append(
-                VerifyProblem(
-                    operation_id,
-                    event.seq,
-                    "event hash does not match its contents and predecessor (edited or reordered)",
-                )
-            )
-        previous = event.hash
-        expected_seq += 1
-    if seen != event_count:
-        problems.append(
-            VerifyProblem(
-                operation_id, None, f"operation records {event_count} events but {seen} are stored"
-            )
-        )
-    if (previous or b"") != event_head:
-        problems.append(
-            VerifyProblem(
-                operation_id, None, "last event does not match the chain head on the operation"
-            )
-        )
-    if status is not None and isinstance(last, EffectEvent) and last.to_status.value != status:
-        problems.append(
-            VerifyProblem(
-                operation_id,
-                None,
-                f"operation is {status} but its last event leaves it {last.to_status.value}",
-            )
-        )
-    return problems
-
-
-@dataclass(frozen=True, slots=True)
-class UnreadableEvent:
-    """A stored event whose columns no longer parse: an edit to report, never a crash."""
-
-    seq: int
-    hash: bytes
-    error: str
-
-
-def read_event(
-    row: Sequence[Any], parse: Callable[[Sequence[Any]], EffectEvent]
-) -> EffectEvent | UnreadableEvent:
-    """Parse an event row (columns in the ledgers' shared order), or describe why it cannot be."""
-    try:
-        return parse(row)
-    except Exception as exc:  # noqa: BLE001 - any edit that breaks parsing is a finding, not a crash
-        try:
-            seq = int(row[1])
-        except (TypeError, ValueError):
-            seq = -1
-        stored = row[8]
-        return UnreadableEvent(seq, bytes(stored) if stored is not None else b"", f"{exc}")
-
-
-def verify_chains(
-    heads: Iterable[Sequence[Any]],
-    events: Iterable[Sequence[Any]],
-    parse: Callable[[Sequence[Any]], EffectEvent],
-) -> VerifyReport:
-    """Check every chain, walking operation heads and events, both in operation-id order.
-
-    ``heads`` yields ``(operation_id, event_count, event_head, status)``; ``events``
-    yields event rows (operation id first, then seq, ..., hash ninth) ordered by
-    operation id and seq. Both are streamed, so memory holds one chain at a time.
-    Events whose operation row is missing are reported as orphans.
-    """
-    problems: list[VerifyProblem] = []
-    operations = events_checked = 0
-    stream = iter(events)
-    pending = next(stream, None)
-    for operation_id, count, head, status in heads:
-        operations += 1
-        chain = []
-        while pending is not None and pending[0] < operation_id:
-            problems.extend(check_chain(pending[0], 0, b"", [read_event(pending, parse)]))
-            pending = next(stream, None)
-        while pending is not None and pending[0] == operation_id:
-            chain.append(read_event(pending, parse))
-            pending = next(stream, None)
-        events_checked += len(chain)
-        problems.extend(check_chain(operation_id, count, bytes(head), chain, status))
-    while pending is not None:
-        problems.extend(check_chain(pending[0], 0, b"", [read_event(pending, parse)]))
-        pending = next(stream, None)
-    return VerifyReport(operations, events_checked, tuple(problems))

@@ -22,8 +22,9 @@ from _ledger_samples import (
 )
 
 from effectguard.errors import FencedWriteError, LedgerUnavailableError, OperationNotFoundError
+from effectguard.ledger.chain import from_micros
 from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease
-from effectguard.model import EffectStatus, EventType, from_micros
+from effectguard.model import EffectStatus, EventType
 
 # -- claim ---------------------------------------------------------------------------------
 

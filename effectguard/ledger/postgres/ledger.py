@@ -65,8 +65,10 @@ from effectguard.errors import (
     LedgerLockedError,
     LedgerNotFoundError,
     LedgerSchemaError,
+    LedgerUnavailableError,
     OperationNotFoundError,
 )
+from effectguard.ledger import bulk, chain
 from effectguard.ledger.postgres import rows
 from effectguard.ledger.postgres.connections import (
     Connection,
@@ -88,9 +90,9 @@ from effectguard.ledger.protocol import (
     Expect,
     NewOperation,
     describe_mismatch,
-    verify_chains,
 )
 from effectguard.ledger.resolution import OperatorResolution
+from effectguard.ledger.schema import POSTGRES
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
 __all__ = ["SCHEMA_VERSION", "PostgresEffectLedger"]
@@ -99,6 +101,8 @@ __all__ = ["SCHEMA_VERSION", "PostgresEffectLedger"]
 _WRITE_ROUNDS = 16
 # Rows fetched per round trip while verify streams the chains.
 _VERIFY_BATCH = 2000
+# The SQLSTATE of a duplicate key (unique_violation).
+_UNIQUE_VIOLATION = "23505"
 
 _SchemaState = tuple[bool, bool, bool, int]
 
@@ -233,7 +237,7 @@ class PostgresEffectLedger(OperatorResolution):
         row = self._db.read(work)
         server_time = rows.utc(row[0])
         at = self._given(now) or server_time
-        record = None if row[1] is None else rows.record(row[1:], at)
+        record = None if row[1] is None else POSTGRES.record(row[1:], at)
         self._recent.saw(operation_id, record, server_time)
         return record, at
 
@@ -317,7 +321,7 @@ class PostgresEffectLedger(OperatorResolution):
                 existing, _ = self._read_back(operation.operation_id, now)
             else:
                 if row is not None:
-                    record = rows.record(row, moment)
+                    record = POSTGRES.record(row, moment)
                     self._recent.wrote(record)
                     return record, True
                 existing, _ = self._fetch(operation.operation_id, now)
@@ -364,7 +368,7 @@ class PostgresEffectLedger(OperatorResolution):
             params = rows.chain_parameters(
                 operation_id, events, current.event_count, current.event_head, moment
             )
-            columns = rows.changed_columns(changes, moment)
+            columns = POSTGRES.changed_columns(changes, chain.to_micros(moment))
             params.update(columns)
             params.update(
                 operation_id=operation_id,
@@ -387,7 +391,7 @@ class PostgresEffectLedger(OperatorResolution):
                 current, moment = self._read_back(operation_id, now)
                 continue
             if row is not None:
-                record = rows.record(row, moment)
+                record = POSTGRES.record(row, moment)
                 self._recent.wrote(record)
                 return record
             current, moment = self._fetch(operation_id, now)
@@ -445,7 +449,9 @@ class PostgresEffectLedger(OperatorResolution):
             return conn.execute(statement, params).fetchall()
 
         given = self._given(None)
-        return [rows.record(row[:-1], given or rows.utc(row[-1])) for row in self._db.read(work)]
+        return [
+            POSTGRES.record(row[:-1], given or rows.utc(row[-1])) for row in self._db.read(work)
+        ]
 
     def events(self, operation_id: str) -> list[EffectEvent]:
         """See :meth:`EffectLedger.events`."""
@@ -453,7 +459,7 @@ class PostgresEffectLedger(OperatorResolution):
         def work(conn: Connection) -> list[tuple[Any, ...]]:
             return conn.execute(self._sql.events, (operation_id,)).fetchall()
 
-        return [rows.event(row) for row in self._db.read(work)]
+        return [POSTGRES.event(row) for row in self._db.read(work)]
 
     def verify(self) -> VerifyReport:
         """See :meth:`EffectLedger.verify`; streams, so memory holds one chain at a time."""
@@ -470,7 +476,38 @@ class PostgresEffectLedger(OperatorResolution):
             heads.itersize = event_rows.itersize = _VERIFY_BATCH
             heads.execute(self._sql.verify_heads)
             event_rows.execute(self._sql.verify_events)
-            return verify_chains(heads, event_rows, rows.event)
+            return chain.verify(heads, map(POSTGRES.read_event, event_rows))
+
+    def bulk_load(self, operations: bulk.Loadable) -> int:
+        """Write ``operations`` and their events as given, in one transaction; return how many.
+
+        For building benchmark ledgers and restoring exported ones: it bypasses
+        the state machine and writes each record and its events exactly as
+        given (``lease_live`` is judged on read, as always), by ``COPY`` on a
+        connection of its own. It never writes a chain ``verify()`` would
+        reject: a broken chain, or an operation id already stored or given
+        twice, raises :class:`InvalidRequestError` and nothing is written.
+        Then refreshes the query planner's statistics.
+        """
+        loaded = 0
+        try:
+            with self._db.direct() as conn:
+                with conn.transaction(), conn.cursor() as cursor:
+                    for operation_rows, event_rows in bulk.chunks(POSTGRES, operations):
+                        for statement, values in (
+                            (self._sql.copy_operations, operation_rows),
+                            (self._sql.copy_events, event_rows),
+                        ):
+                            with cursor.copy(statement) as copy:
+                                for row in values:
+                                    copy.write_row(row)
+                        loaded += len(operation_rows)
+                conn.execute(self._sql.analyze)
+        except LedgerUnavailableError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) == _UNIQUE_VIOLATION:
+                raise bulk.duplicate_error(f"{self._where} (schema {self.schema})", exc) from exc
+            raise
+        return loaded
 
     def close(self) -> None:
         """Close this process's connections; the ledger is unusable afterwards."""

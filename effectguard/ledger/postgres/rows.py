@@ -1,52 +1,26 @@
-"""Between PostgreSQL rows and ledger records: mapping, chain hashing, changed columns.
+"""The PostgreSQL ledger's statement parameters, built from the shared row schema.
 
-Driver-free, so it reads like the SQLite ledger's equivalent: rows come in the
-column order of :mod:`effectguard.ledger.postgres.sql`, times as aware datetimes.
+Driver-free. Rows themselves (columns, mapping, changed columns) are
+:data:`effectguard.ledger.schema.POSTGRES`; this module only shapes them into
+the named parameters of :mod:`effectguard.ledger.postgres.sql`'s statements,
+whose events go in as ``e_*`` arrays, and converts times.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from effectguard.fingerprint import canonical_json
-from effectguard.ledger.protocol import (
-    UNSET,
-    Changes,
-    EventDraft,
-    Lease,
-    NewOperation,
-    chain_events,
-)
-from effectguard.model import (
-    EffectEvent,
-    EffectStatus,
-    EventType,
-    LeaseOwner,
-    OperationRecord,
-    OverlapHolder,
-    from_micros,
-    to_micros,
-)
+from effectguard.ledger import chain
+from effectguard.ledger.protocol import EventDraft, NewOperation
+from effectguard.ledger.schema import POSTGRES
 
-__all__ = [
-    "after",
-    "chain_parameters",
-    "changed_columns",
-    "created",
-    "event",
-    "moment",
-    "record",
-    "utc",
-]
+__all__ = ["after", "chain_parameters", "created", "moment", "utc"]
 
 _MICROSECOND = timedelta(microseconds=1)
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
+# The e_* arrays, in event-row order after operation_id (at is one parameter for all).
+_ARRAYS = ("seq", "type", "from", "to", "attempt", None, "evidence", "hash")
 
 
 def utc(value: datetime) -> datetime:
@@ -56,7 +30,7 @@ def utc(value: datetime) -> datetime:
 
 def moment(epoch_seconds: float) -> datetime:
     """Return the UTC instant ``epoch_seconds`` names, rounded to the microsecond like SQLite's."""
-    return from_micros(round(epoch_seconds * 1_000_000))
+    return chain.from_micros(round(epoch_seconds * 1_000_000))
 
 
 def after(start: datetime, seconds: float) -> datetime:
@@ -64,50 +38,14 @@ def after(start: datetime, seconds: float) -> datetime:
     return start + round(seconds * 1_000_000) * _MICROSECOND
 
 
-def record(row: Sequence[Any], now: datetime) -> OperationRecord:
-    """Return the operation in ``row``, its lease judged at ``now``."""
-    owner = _loads(row[14])
-    expires = None if row[15] is None else utc(row[15])
-    return OperationRecord(
-        operation_id=row[0],
-        contract=row[1],
-        contract_version=row[2],
-        fingerprint=row[3],
-        provider_key=row[4],
-        status=EffectStatus(row[5]),
-        attempts=row[6],
-        attempt_budget=row[7],
-        arguments=json.loads(row[8]),
-        output_json=row[9],
-        provider_operation_id=row[10],
-        reason=row[11],
-        evidence=_loads(row[12]) or {},
-        lease_token=row[13],
-        lease_owner=None if owner is None else LeaseOwner.from_json(owner),
-        lease_expires_at=expires,
-        lease_live=row[13] is not None and expires is not None and expires > now,
-        overlap=tuple(OverlapHolder.from_json(item) for item in _loads(row[16]) or ()),
-        created_at=utc(row[17]),
-        updated_at=utc(row[18]),
-        first_dispatched_at=utc(row[19]),
-        event_count=row[20],
-        event_head=bytes(row[21]),
-    )
-
-
-def event(row: Sequence[Any]) -> EffectEvent:
-    """Return the event in ``row``."""
-    return EffectEvent(
-        operation_id=row[0],
-        seq=row[1],
-        type=EventType(row[2]),
-        from_status=None if row[3] is None else EffectStatus(row[3]),
-        to_status=EffectStatus(row[4]),
-        attempt=row[5],
-        at=utc(row[6]),
-        evidence=_loads(row[7]) or {},
-        hash=bytes(row[8]),
-    )
+def _arrays(event_rows: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """The ``e_*`` array parameters that insert ``event_rows``."""
+    arrays: dict[str, list[Any]] = {f"e_{name}": [] for name in _ARRAYS if name is not None}
+    for row in event_rows:
+        for name, value in zip(_ARRAYS, row[1:], strict=True):
+            if name is not None:
+                arrays[f"e_{name}"].append(value)
+    return arrays
 
 
 def chain_parameters(
@@ -122,15 +60,10 @@ def chain_parameters(
     Returns the statement parameters that insert them (``e_*`` arrays), with
     ``at``, ``new_count`` and ``new_head``.
     """
-    chained, count, previous = chain_events(
-        operation_id, events, count, head or None, to_micros(at)
+    event_rows, count, previous = POSTGRES.appended(
+        operation_id, events, count, head or None, chain.to_micros(at)
     )
-    names = ("seq", "type", "from", "to", "attempt", "evidence", "hash")
-    columns: dict[str, list[Any]] = {name: [] for name in names}
-    for values in chained:
-        for name, value in zip(names, values, strict=True):
-            columns[name].append(value)
-    parameters: dict[str, Any] = {f"e_{name}": values for name, values in columns.items()}
+    parameters = _arrays(event_rows)
     parameters.update(at=at, new_count=count, new_head=previous or b"")
     return parameters
 
@@ -140,59 +73,7 @@ def created(operation: NewOperation, events: Sequence[EventDraft], at: datetime)
 
     The events are the ``e_*`` arrays of :func:`chain_parameters`, with ``at``.
     """
-    parameters = chain_parameters(operation.operation_id, events, 0, b"", at)
-    lease = operation.lease
-    parameters.update(
-        operation_id=operation.operation_id,
-        contract=operation.contract,
-        contract_version=operation.contract_version,
-        fingerprint=operation.fingerprint,
-        provider_key=operation.provider_key,
-        status=EffectStatus.DISPATCHED.value,
-        attempts=1,
-        attempt_budget=operation.attempt_budget,
-        arguments=canonical_json(operation.arguments),
-        output=None,
-        provider_operation_id=None,
-        reason=None,
-        evidence=None,
-        lease_token=lease.token,
-        lease_owner=canonical_json(lease.owner.to_json()),
-        lease_expires_at=after(at, lease.seconds),
-        overlap=None,
-        created_at=at,
-        updated_at=at,
-        first_dispatched_at=at,
-        event_count=parameters.pop("new_count"),
-        event_head=parameters.pop("new_head"),
-    )
+    values, event_rows = POSTGRES.created(operation, events, chain.to_micros(at))
+    parameters = dict(zip(POSTGRES.operation_columns, values, strict=True))
+    parameters.update(_arrays(event_rows), at=at)
     return parameters
-
-
-def changed_columns(changes: Changes, now: datetime) -> dict[str, Any]:
-    """Return the columns ``changes`` sets, by name; a new lease runs from ``now``."""
-    columns: dict[str, Any] = {"status": changes.status.value}
-    if changes.lease is not UNSET:
-        lease: Lease | None = changes.lease
-        if lease is None:
-            columns.update(lease_token=None, lease_owner=None, lease_expires_at=None)
-        else:
-            columns.update(
-                lease_token=lease.token,
-                lease_owner=canonical_json(lease.owner.to_json()),
-                lease_expires_at=after(now, lease.seconds),
-            )
-    simple: Mapping[str, Any] = {
-        "attempts": changes.attempts,
-        "attempt_budget": changes.attempt_budget,
-        "output": changes.output_json,
-        "provider_operation_id": changes.provider_operation_id,
-        "reason": changes.reason,
-    }
-    columns.update({name: value for name, value in simple.items() if value is not UNSET})
-    if changes.evidence is not UNSET:
-        columns["evidence"] = canonical_json(dict(changes.evidence)) if changes.evidence else None
-    if changes.overlap is not UNSET:
-        holders = [holder.to_json() for holder in changes.overlap]
-        columns["overlap"] = canonical_json(holders) if holders else None
-    return columns

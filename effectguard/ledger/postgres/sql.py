@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from effectguard.errors import ConfigurationError
+from effectguard.ledger.schema import EVENT_COLUMNS
+from effectguard.ledger.schema import OPERATION_COLUMNS as _OPERATIONS
+from effectguard.ledger.schema import POSTGRES as _ROWS
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -88,46 +91,17 @@ SCHEMA_VERSION = len(MIGRATIONS)
 # ``json`` (not ``jsonb``) keeps the exact text it was given: stored outputs are
 # replayed byte for byte and event evidence is hashed as written (jsonb would
 # turn 1e20 into 100000000000000000000 and break the chain).
-_JSON_COLUMNS = frozenset({"arguments", "output", "evidence", "lease_owner", "overlap"})
-#: The operations table's columns, in the order every statement returns them.
-OPERATION_COLUMNS = (
-    "operation_id",
-    "contract",
-    "contract_version",
-    "fingerprint",
-    "provider_key",
-    "status",
-    "attempts",
-    "attempt_budget",
-    "arguments",
-    "output",
-    "provider_operation_id",
-    "reason",
-    "evidence",
-    "lease_token",
-    "lease_owner",
-    "lease_expires_at",
-    "overlap",
-    "created_at",
-    "updated_at",
-    "first_dispatched_at",
-    "event_count",
-    "event_head",
+_JSON_COLUMNS = frozenset(
+    column.postgres for column in (*_OPERATIONS, *EVENT_COLUMNS) if column.is_json
 )
-_EVENT_SELECT = "operation_id, seq, type, from_status, to_status, attempt, at, evidence::text, hash"
-#: Columns a transition may set, with the cast its parameter needs.
+#: The operations table's columns, in the order every statement returns them.
+OPERATION_COLUMNS = _ROWS.operation_columns
+_EVENT_SELECT = ", ".join(
+    f"{name}::text" if name in _JSON_COLUMNS else name for name in _ROWS.event_columns
+)
+#: Columns a transition may set (all but the key), with the cast its parameter needs.
 SETTABLE = {
-    "status": "",
-    "lease_token": "",
-    "lease_owner": "::json",
-    "lease_expires_at": "",
-    "attempts": "",
-    "attempt_budget": "",
-    "output": "::json",
-    "provider_operation_id": "",
-    "reason": "",
-    "evidence": "::json",
-    "overlap": "::json",
+    name: "::json" if name in _JSON_COLUMNS else "" for name in OPERATION_COLUMNS[1:]
 }
 
 
@@ -269,8 +243,7 @@ class Statements:
     def _insert_events(self) -> str:
         # Runs only for the rows the operation's statement returned: none when fenced out.
         return (
-            f"INSERT INTO {self.qualified}.events"
-            " (operation_id, seq, type, from_status, to_status, attempt, at, evidence, hash)"
+            f"INSERT INTO {self.qualified}.events ({', '.join(_ROWS.event_columns)})"
             " SELECT op.operation_id, e.seq, e.type, e.from_status, e.to_status, e.attempt,"
             " %(at)s, e.evidence::json, e.hash FROM op, unnest(%(e_seq)s::integer[],"
             " %(e_type)s::text[], %(e_from)s::text[], %(e_to)s::text[], %(e_attempt)s::integer[],"
@@ -314,6 +287,22 @@ class Statements:
             f"UPDATE {self.qualified}.operations SET lease_expires_at = {expires}"
             " WHERE operation_id = %(operation_id)s AND lease_token = %(token)s"
         )
+
+    @property
+    def copy_operations(self) -> str:
+        """Bulk-load operation rows (every column, in order)."""
+        names = ", ".join(OPERATION_COLUMNS)
+        return f"COPY {self.qualified}.operations ({names}) FROM STDIN"
+
+    @property
+    def copy_events(self) -> str:
+        """Bulk-load event rows (every column, in order)."""
+        return f"COPY {self.qualified}.events ({', '.join(_ROWS.event_columns)}) FROM STDIN"
+
+    @property
+    def analyze(self) -> str:
+        """Refresh the query planner's statistics of both tables."""
+        return f"ANALYZE {self.qualified}.operations, {self.qualified}.events"
 
     @property
     def verify_heads(self) -> str:

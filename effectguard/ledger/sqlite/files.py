@@ -47,11 +47,11 @@ def orphaned_journal(path: Path) -> Path | None:
     That is what deleting only the database file leaves behind: a ledger created
     beside it would be a new, empty ledger next to another ledger's journal.
     """
-    if path.exists():
-        return None
     for suffix in ("-wal", "-shm"):
         journal = Path(f"{path}{suffix}")
-        if journal.exists():
+        # The journal first, then the file: a ledger's file always exists before its
+        # journal, so a writer creating both meanwhile is never mistaken for a deletion.
+        if journal.exists() and not path.exists():
             return journal
     return None
 

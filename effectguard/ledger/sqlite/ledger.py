@@ -30,16 +30,16 @@ from effectguard.errors import (
     LedgerUnavailableError,
     OperationNotFoundError,
 )
+from effectguard.ledger import bulk, chain
 from effectguard.ledger.protocol import (
     Changes,
     EventDraft,
     Expect,
     NewOperation,
     describe_mismatch,
-    verify_chains,
 )
 from effectguard.ledger.resolution import OperatorResolution
-from effectguard.ledger.sqlite import rows
+from effectguard.ledger.schema import SQLITE
 from effectguard.ledger.sqlite.files import (
     FileIdentity,
     create_private_file,
@@ -61,6 +61,8 @@ from effectguard.model import (
 __all__ = ["SCHEMA_VERSION", "SQLiteEffectLedger"]
 
 T = TypeVar("T")
+
+rows = SQLITE
 
 #: ``PRAGMA application_id`` of every effectguard ledger file ("EGLD").
 APPLICATION_ID = 0x45474C44
@@ -117,16 +119,24 @@ _MIGRATIONS: tuple[str, ...] = (
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SYNCHRONOUS = frozenset({"FULL", "EXTRA", "NORMAL"})
+# Page cache while bulk-loading: 256 MiB (a negative cache_size is KiB).
+_BULK_CACHE_KIB = -262_144
 
+_COLUMNS = ", ".join(rows.operation_columns)
+_EVENT_COLUMNS = ", ".join(rows.event_columns)
 _INSERT_OPERATION = (
-    f"INSERT INTO operations ({rows.COLUMNS}) VALUES ({','.join('?' * len(rows.COLUMN_NAMES))})"
+    f"INSERT INTO operations ({_COLUMNS}) VALUES ({','.join('?' * len(rows.operation_columns))})"
     " ON CONFLICT (operation_id) DO NOTHING"
 )
-_INSERT_EVENT = f"INSERT INTO events ({rows.EVENT_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?)"
-_SELECT_ONE = f"SELECT {rows.COLUMNS} FROM operations WHERE operation_id = ?"
-# Every column but the key, in COLUMN_NAMES order, then the key.
+_INSERT_EVENT = (
+    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({','.join('?' * len(rows.event_columns))})"
+)
+# A bulk load must fail on an id that is taken, not skip it.
+_INSERT_LOADED = _INSERT_OPERATION.removesuffix(" ON CONFLICT (operation_id) DO NOTHING")
+_SELECT_ONE = f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?"
+# Every column but the key, in column order, then the key.
 _UPDATE_OPERATION = (
-    f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.COLUMN_NAMES[1:])}"
+    f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.operation_columns[1:])}"
     " WHERE operation_id = ?"
 )
 
@@ -479,9 +489,8 @@ class SQLiteEffectLedger(OperatorResolution):
             if problem is not None:
                 msg = f"write to operation {operation_id!r} refused: {problem}"
                 raise FencedWriteError(msg)
-            values, events_rows = rows.transitioned(row, changes, events, now_us)
+            updated, events_rows = rows.transitioned(row, changes, events, now_us)
             conn.executemany(_INSERT_EVENT, events_rows)
-            updated = tuple(values.values())
             conn.execute(_UPDATE_OPERATION, (*updated[1:], operation_id))
             return rows.record(updated, now_us)
 
@@ -538,7 +547,7 @@ class SQLiteEffectLedger(OperatorResolution):
 
         def work(conn: _Connection) -> list[OperationRecord]:
             found = conn.execute(
-                f"SELECT {rows.COLUMNS} FROM operations {where} ORDER BY updated_us DESC LIMIT ?",
+                f"SELECT {_COLUMNS} FROM operations {where} ORDER BY updated_us DESC LIMIT ?",
                 (*params, limit),
             ).fetchall()
             return [rows.record(row, now_us) for row in found]
@@ -550,7 +559,7 @@ class SQLiteEffectLedger(OperatorResolution):
 
         def work(conn: _Connection) -> list[EffectEvent]:
             found = conn.execute(
-                f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE operation_id = ? ORDER BY seq",
+                f"SELECT {_EVENT_COLUMNS} FROM events WHERE operation_id = ? ORDER BY seq",
                 (operation_id,),
             ).fetchall()
             return [rows.event(row) for row in found]
@@ -575,8 +584,39 @@ class SQLiteEffectLedger(OperatorResolution):
             "SELECT operation_id, event_count, event_head, status"
             " FROM operations ORDER BY operation_id"
         )
-        events = conn.execute(f"SELECT {rows.EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
-        return verify_chains(heads, events, rows.event)
+        events = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
+        return chain.verify(heads, map(rows.read_event, events))
+
+    def bulk_load(self, operations: bulk.Loadable) -> int:
+        """Write ``operations`` and their events as given, in one transaction; return how many.
+
+        For building benchmark ledgers and restoring exported ones: it bypasses
+        the state machine and writes each record and its events exactly as
+        given (``lease_live`` is judged on read, as always). It never writes a
+        chain ``verify()`` would reject: a broken chain, or an operation id
+        already stored or given twice, raises :class:`InvalidRequestError` and
+        nothing is written. Then refreshes the query planner's statistics.
+        """
+
+        def work(conn: _Connection) -> int:
+            loaded = 0
+            # A large load touches far more pages than the default cache holds.
+            previous = conn.execute("PRAGMA cache_size").fetchone()[0]
+            conn.execute(f"PRAGMA cache_size = {_BULK_CACHE_KIB}")
+            try:
+                for operation_rows, event_rows in bulk.chunks(rows, operations):
+                    conn.executemany(_INSERT_LOADED, operation_rows)
+                    conn.executemany(_INSERT_EVENT, event_rows)
+                    loaded += len(operation_rows)
+            except sqlite3.IntegrityError as exc:
+                raise bulk.duplicate_error(f"ledger {self.path}", exc) from exc
+            finally:
+                conn.execute(f"PRAGMA cache_size = {int(previous)}")
+            return loaded
+
+        loaded = self._write(work)
+        self._read(lambda conn: conn.execute("ANALYZE"), None)
+        return loaded
 
     def close(self) -> None:
         """Close every connection this ledger opened, in any thread."""

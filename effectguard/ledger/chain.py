@@ -1,0 +1,309 @@
+"""The event chain: how an operation's events are hashed, appended, checked and verified.
+
+Every fact of the chain lives here, and both backends' writes, ``verify()`` and
+``bulk_load()`` use it:
+
+* the document an event's hash covers (:func:`chain_document`), its time in
+  whole microseconds since the epoch (:func:`to_micros`, :func:`from_micros`);
+* the hash that links an event to the one before it (:func:`chain_hash`);
+* appending drafted events to a chain (:func:`append`), or copying a chain
+  under another operation id (:func:`relink`);
+* checking one chain against the count, head and status kept on its
+  operation's row (:func:`check`), and walking every chain of a ledger
+  (:func:`verify`).
+
+Each operation has its own chain, whose head and length are kept on its row,
+so writers of different operations never queue behind one global chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from effectguard.fingerprint import canonical_json
+from effectguard.model import EffectEvent, EffectStatus, EventType, VerifyProblem, VerifyReport
+
+if TYPE_CHECKING:
+    from effectguard.ledger.protocol import EventDraft
+
+__all__ = [
+    "GENESIS",
+    "ChainedEvent",
+    "Head",
+    "UnreadableEvent",
+    "append",
+    "chain_document",
+    "chain_hash",
+    "check",
+    "event_document",
+    "from_micros",
+    "relink",
+    "to_micros",
+    "verify",
+]
+
+#: What an operation's first event is linked to, in place of a predecessor's hash.
+GENESIS = b"effectguard-event-chain-v1"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def from_micros(micros: int) -> datetime:
+    """Return the timezone-aware UTC datetime ``micros`` microseconds after the epoch."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def to_micros(moment: datetime) -> int:
+    """Return whole microseconds since the epoch, exactly (no float rounding)."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def chain_document(
+    operation_id: str,
+    seq: int,
+    type_: EventType,
+    from_status: EffectStatus | None,
+    to_status: EffectStatus,
+    attempt: int,
+    at_micros: int,
+    evidence: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Return the document an event's chain hash is computed over."""
+    return {
+        "at": at_micros,
+        "attempt": attempt,
+        "evidence": dict(evidence),
+        "from": None if from_status is None else from_status.value,
+        "operation_id": operation_id,
+        "seq": seq,
+        "to": to_status.value,
+        "type": type_.value,
+    }
+
+
+def event_document(event: EffectEvent) -> dict[str, Any]:
+    """Return the document ``event``'s hash covers."""
+    return chain_document(
+        event.operation_id,
+        event.seq,
+        event.type,
+        event.from_status,
+        event.to_status,
+        event.attempt,
+        to_micros(event.at),
+        event.evidence,
+    )
+
+
+def chain_hash(previous: bytes | None, document: Mapping[str, Any]) -> bytes:
+    """Return the hash that links the event ``document`` to the hash of the event before it.
+
+    ``previous`` is None for an operation's first event. Editing, reordering or
+    removing any event changes every hash after it, so the head kept on the
+    operation no longer matches.
+    """
+    digest = hashlib.sha256()
+    digest.update(previous if previous is not None else GENESIS)
+    digest.update(canonical_json(document).encode("utf-8"))
+    return digest.digest()
+
+
+#: One appended event as both backends store it: seq, type, from, to, attempt, evidence JSON, hash.
+ChainedEvent = tuple[int, str, str | None, str, int, str | None, bytes]
+
+
+def append(
+    operation_id: str,
+    drafts: Sequence[EventDraft],
+    count: int,
+    head: bytes | None,
+    at_micros: int,
+) -> tuple[list[ChainedEvent], int, bytes | None]:
+    """Hash ``drafts`` onto the chain of ``count`` events ending at ``head``, dated ``at_micros``.
+
+    The one definition of the chain every backend writes and :func:`check`
+    checks. Returns the events as stored, the new event count and the new head.
+    """
+    chained: list[ChainedEvent] = []
+    for draft in drafts:
+        count += 1
+        evidence = dict(draft.evidence)
+        document = chain_document(
+            operation_id,
+            count,
+            draft.type,
+            draft.from_status,
+            draft.to_status,
+            draft.attempt,
+            at_micros,
+            evidence,
+        )
+        head = chain_hash(head, document)
+        chained.append(
+            (
+                count,
+                draft.type.value,
+                None if draft.from_status is None else draft.from_status.value,
+                draft.to_status.value,
+                draft.attempt,
+                canonical_json(evidence) if evidence else None,
+                head,
+            )
+        )
+    return chained, count, head
+
+
+def relink(
+    operation_id: str, events: Iterable[EffectEvent], *, shift: timedelta = timedelta(0)
+) -> list[EffectEvent]:
+    """Return ``events`` as the chain of ``operation_id``, each ``shift`` later, hashed afresh.
+
+    Sequence numbers are renumbered from 1 in the given order; every other
+    field is kept. The result passes :func:`check` against its own last hash.
+    """
+    linked: list[EffectEvent] = []
+    head: bytes | None = None
+    for seq, event in enumerate(events, start=1):
+        at = event.at + shift
+        document = chain_document(
+            operation_id,
+            seq,
+            event.type,
+            event.from_status,
+            event.to_status,
+            event.attempt,
+            to_micros(at),
+            event.evidence,
+        )
+        head = chain_hash(head, document)
+        linked.append(
+            EffectEvent(
+                operation_id,
+                seq,
+                event.type,
+                event.from_status,
+                event.to_status,
+                event.attempt,
+                at,
+                event.evidence,
+                head,
+            )
+        )
+    return linked
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableEvent:
+    """A stored event whose columns no longer parse: an edit to report, never a crash."""
+
+    operation_id: str
+    seq: int
+    hash: bytes
+    error: str
+
+
+def check(
+    operation_id: str,
+    event_count: int,
+    event_head: bytes,
+    events: Iterable[EffectEvent | UnreadableEvent],
+    status: str | None = None,
+) -> list[VerifyProblem]:
+    """Return every break between ``events`` and the count, head and status on their operation.
+
+    An empty list means the chain is whole: numbered from 1 without gaps, every
+    hash recomputed from its event and predecessor matches, the last one is
+    ``event_head``, there are ``event_count`` of them and (when ``status`` is
+    given) the last one leaves the operation in ``status``.
+    """
+    problems: list[VerifyProblem] = []
+    previous: bytes | None = None
+    expected_seq = 1
+    seen = 0
+    last: EffectEvent | UnreadableEvent | None = None
+    for event in events:
+        seen += 1
+        last = event
+        if event.seq != expected_seq:
+            problems.append(
+                VerifyProblem(
+                    operation_id, event.seq, f"event {expected_seq} is missing or out of order"
+                )
+            )
+            expected_seq = event.seq
+        if isinstance(event, UnreadableEvent):
+            problems.append(
+                VerifyProblem(operation_id, event.seq, f"event cannot be read: {event.error}")
+            )
+        elif event.operation_id != operation_id or (
+            chain_hash(previous, event_document(event)) != event.hash
+        ):
+            problems.append(
+                VerifyProblem(
+                    operation_id,
+                    event.seq,
+                    "event hash does not match its contents and predecessor (edited or reordered)",
+                )
+            )
+        previous = event.hash
+        expected_seq += 1
+    if seen != event_count:
+        problems.append(
+            VerifyProblem(
+                operation_id, None, f"operation records {event_count} events but {seen} are stored"
+            )
+        )
+    if (previous or b"") != event_head:
+        problems.append(
+            VerifyProblem(
+                operation_id, None, "last event does not match the chain head on the operation"
+            )
+        )
+    if status is not None and isinstance(last, EffectEvent) and last.to_status.value != status:
+        problems.append(
+            VerifyProblem(
+                operation_id,
+                None,
+                f"operation is {status} but its last event leaves it {last.to_status.value}",
+            )
+        )
+    return problems
+
+
+#: What :func:`verify` reads of an operation row: id, event count, chain head, status.
+Head = tuple[str, int, bytes, str]
+
+
+def verify(
+    heads: Iterable[Sequence[Any]], events: Iterable[EffectEvent | UnreadableEvent]
+) -> VerifyReport:
+    """Check every chain, walking operation heads and events, both in operation-id order.
+
+    ``heads`` yields :data:`Head` rows; ``events`` yields every event ordered
+    by operation id and seq. Both are streamed, so memory holds one chain at a
+    time. Events whose operation row is missing are reported as orphans.
+    """
+    problems: list[VerifyProblem] = []
+    operations = events_checked = 0
+    stream: Iterator[EffectEvent | UnreadableEvent] = iter(events)
+    pending = next(stream, None)
+    for operation_id, count, head, status in heads:
+        operations += 1
+        chain = []
+        while pending is not None and pending.operation_id < operation_id:
+            problems.extend(check(pending.operation_id, 0, b"", [pending]))
+            pending = next(stream, None)
+        while pending is not None and pending.operation_id == operation_id:
+            chain.append(pending)
+            pending = next(stream, None)
+        events_checked += len(chain)
+        problems.extend(check(operation_id, count, bytes(head), chain, status))
+    while pending is not None:
+        problems.extend(check(pending.operation_id, 0, b"", [pending]))
+        pending = next(stream, None)
+    return VerifyReport(operations, events_checked, tuple(problems))

@@ -1,0 +1,453 @@
+"""The ledger's row schema: one column list, one row mapper, one ``changed_columns``.
+
+Both backends store the same two tables, operations and events, with the
+same columns in the same order; they differ only in how a time is stored
+(SQLite: whole microseconds since the epoch in a ``*_us`` column; PostgreSQL:
+``timestamptz`` in a ``*_at`` column) and in that PostgreSQL declares JSON
+columns ``json`` (stored as given, selected as text). :data:`OPERATION_COLUMNS`
+and :data:`EVENT_COLUMNS` say, once, what each column holds and what it is
+called in each backend; :class:`Rows` (:data:`SQLITE` and :data:`POSTGRES`)
+turns rows into :class:`~effectguard.model.OperationRecord` and
+:class:`~effectguard.model.EffectEvent` and back.
+
+Adding a column means adding it here (operations columns are in
+``OperationRecord`` field order) and to each backend's DDL, as a migration.
+
+Driver-free: every value is already what the driver returns or accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from effectguard.fingerprint import canonical_json
+from effectguard.ledger import chain
+from effectguard.ledger.protocol import UNSET, Changes, EventDraft, NewOperation
+from effectguard.model import (
+    EffectEvent,
+    EffectStatus,
+    EventType,
+    LeaseOwner,
+    OperationRecord,
+    OverlapHolder,
+)
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "OPERATION_COLUMNS",
+    "POSTGRES",
+    "SQLITE",
+    "Column",
+    "Kind",
+    "Rows",
+    "Version",
+]
+
+
+class Kind(enum.Enum):
+    """What a column holds, which decides how its value is stored and read back."""
+
+    VALUE = "value"  # text or integer, stored as it is
+    STATUS = "status"  # an EffectStatus (or None), by its value
+    EVENT_TYPE = "event_type"  # an EventType, by its value
+    DOCUMENT = "document"  # a JSON object, as canonical JSON text
+    JSON_TEXT = "json_text"  # JSON text, stored and returned as the very same text
+    EVIDENCE = "evidence"  # a JSON object; empty is stored as NULL
+    OWNER = "owner"  # a LeaseOwner (or None), as canonical JSON text
+    OVERLAP = "overlap"  # a tuple of OverlapHolders; empty is stored as NULL
+    TIME = "time"  # an aware datetime (or None): microseconds, or timestamptz
+    BYTES = "bytes"  # a hash
+
+
+_JSON_KINDS = frozenset({Kind.DOCUMENT, Kind.JSON_TEXT, Kind.EVIDENCE, Kind.OWNER, Kind.OVERLAP})
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column: the record field it holds, its kind, and its name in each backend."""
+
+    field: str
+    kind: Kind
+    sqlite: str
+    postgres: str
+
+    def name_in(self, backend: str) -> str:
+        """The column's name in ``backend`` ("sqlite" or "postgres")."""
+        return self.sqlite if backend == "sqlite" else self.postgres
+
+    @property
+    def is_json(self) -> bool:
+        """Whether the column holds JSON text (PostgreSQL declares it ``json``)."""
+        return self.kind in _JSON_KINDS
+
+
+def _column(field: str, kind: Kind = Kind.VALUE, name: str | None = None) -> Column:
+    """A column called ``name`` (default ``field``); a time is ``*_us`` / ``*_at``."""
+    if kind is Kind.TIME:
+        stem = (name or field).removesuffix("_at")
+        return Column(field, kind, f"{stem}_us", field if name is None else name)
+    return Column(field, kind, name or field, name or field)
+
+
+#: The operations table, in ``OperationRecord`` field order (``lease_live`` is computed on read).
+OPERATION_COLUMNS: tuple[Column, ...] = (
+    _column("operation_id"),
+    _column("contract"),
+    _column("contract_version"),
+    _column("fingerprint"),
+    _column("provider_key"),
+    _column("status", Kind.STATUS),
+    _column("attempts"),
+    _column("attempt_budget"),
+    _column("arguments", Kind.DOCUMENT),
+    _column("output_json", Kind.JSON_TEXT, "output"),
+    _column("provider_operation_id"),
+    _column("reason"),
+    _column("evidence", Kind.EVIDENCE),
+    _column("lease_token"),
+    _column("lease_owner", Kind.OWNER),
+    _column("lease_expires_at", Kind.TIME),
+    _column("overlap", Kind.OVERLAP),
+    _column("created_at", Kind.TIME),
+    _column("updated_at", Kind.TIME),
+    _column("first_dispatched_at", Kind.TIME),
+    _column("event_count"),
+    _column("event_head", Kind.BYTES),
+)
+
+#: The events table, in ``EffectEvent`` field order.
+EVENT_COLUMNS: tuple[Column, ...] = (
+    _column("operation_id"),
+    _column("seq"),
+    _column("type", Kind.EVENT_TYPE),
+    _column("from_status", Kind.STATUS),
+    _column("to_status", Kind.STATUS),
+    _column("attempt"),
+    Column("at", Kind.TIME, "at_us", "at"),
+    _column("evidence", Kind.EVIDENCE),
+    _column("hash", Kind.BYTES),
+)
+
+_RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(OperationRecord))
+_EVENT_FIELDS = tuple(field.name for field in dataclasses.fields(EffectEvent))
+# The mapper builds records and events positionally, so the column lists must
+# follow their field order; checked once, at import, rather than trusted.
+if tuple(c.field for c in OPERATION_COLUMNS) != tuple(
+    name for name in _RECORD_FIELDS if name != "lease_live"
+) or tuple(c.field for c in EVENT_COLUMNS) != _EVENT_FIELDS:
+    _msg = "ledger schema columns are out of step with OperationRecord / EffectEvent fields"
+    raise TypeError(_msg)
+_LIVE_AT = _RECORD_FIELDS.index("lease_live")
+# Where an unreadable event's identity is salvaged from.
+_EVENT_ID, _EVENT_SEQ, _EVENT_HASH = (
+    _EVENT_FIELDS.index(name) for name in ("operation_id", "seq", "hash")
+)
+
+
+# Rows are read and written on every call: these skip Enum.__call__ and the
+# reparsing of the one lease owner a process writes again and again.
+_STATUSES = {status.value: status for status in EffectStatus}
+_EVENT_TYPES = {kind.value: kind for kind in EventType}
+
+
+def _status(text: str) -> EffectStatus:
+    # An unknown name still raises EffectStatus's own ValueError.
+    return _STATUSES.get(text) or EffectStatus(text)
+
+
+def _event_type(text: str) -> EventType:
+    return _EVENT_TYPES.get(text) or EventType(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _owner(text: str) -> LeaseOwner:
+    return LeaseOwner.from_json(json.loads(text))
+
+
+@functools.lru_cache(maxsize=256)
+def _owner_text(owner: LeaseOwner) -> str:
+    return canonical_json(owner.to_json())
+
+
+def _same(micros: int) -> int:
+    return micros
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+_Convert = Callable[[Any], Any] | None
+
+
+def _loaders(kind: Kind, load_time: Callable[[Any], datetime]) -> _Convert:
+    """How a stored value of ``kind`` becomes a record's (None: as it is)."""
+    return {
+        Kind.VALUE: None,
+        Kind.JSON_TEXT: None,
+        Kind.STATUS: lambda text: None if text is None else _status(text),
+        Kind.EVENT_TYPE: _event_type,
+        Kind.DOCUMENT: json.loads,
+        Kind.EVIDENCE: lambda text: (None if text is None else json.loads(text)) or {},
+        Kind.OWNER: lambda text: None if text is None else _owner(text),
+        Kind.OVERLAP: lambda text: tuple(
+            OverlapHolder.from_json(item) for item in (json.loads(text) if text else ())
+        ),
+        Kind.TIME: lambda value: None if value is None else load_time(value),
+        Kind.BYTES: bytes,
+    }[kind]
+
+
+def _dumpers(kind: Kind, store_time: Callable[[int], Any]) -> _Convert:
+    """How a record's value of ``kind`` is stored (None: as it is); a time may be micros."""
+    return {
+        Kind.VALUE: None,
+        Kind.JSON_TEXT: None,
+        Kind.STATUS: lambda status: None if status is None else status.value,
+        Kind.EVENT_TYPE: lambda kind: kind.value,
+        Kind.DOCUMENT: canonical_json,
+        Kind.EVIDENCE: lambda value: canonical_json(dict(value)) if value else None,
+        Kind.OWNER: lambda owner: None if owner is None else _owner_text(owner),
+        Kind.OVERLAP: lambda holders: (
+            canonical_json([holder.to_json() for holder in holders]) if holders else None
+        ),
+        Kind.TIME: lambda value: (
+            value
+            if value is None or (type(value) is int and store_time is _same)
+            else store_time(value if type(value) is int else chain.to_micros(value))
+        ),
+        Kind.BYTES: bytes,
+    }[kind]
+
+
+class Version(NamedTuple):
+    """What a fenced write checks of a row: its status, lease and event count."""
+
+    status: EffectStatus
+    lease_token: str | None
+    lease_live: bool
+    event_count: int
+
+
+class Rows:
+    """One backend's rows: column names in order, and rows to and from records and events.
+
+    A time ``now`` passed in is in the backend's storage form (microseconds, or
+    an aware datetime); ``now_us`` is always microseconds since the epoch.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        *,
+        store_time: Callable[[int], Any],
+        load_time: Callable[[Any], datetime],
+    ) -> None:
+        self.backend = backend
+        #: The operations table's column names, in the order of every row.
+        self.operation_columns = tuple(c.name_in(backend) for c in OPERATION_COLUMNS)
+        #: The events table's column names, in the order of every event row.
+        self.event_columns = tuple(c.name_in(backend) for c in EVENT_COLUMNS)
+        self.store_time = store_time
+        self._by_field = {c.field: c.name_in(backend) for c in OPERATION_COLUMNS}
+        self._load = tuple(_loaders(c.kind, load_time) for c in OPERATION_COLUMNS)
+        self._dump = tuple(_dumpers(c.kind, store_time) for c in OPERATION_COLUMNS)
+        self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
+        self._load_event = tuple(_loaders(c.kind, load_time) for c in EVENT_COLUMNS)
+        self._dump_event = tuple(_dumpers(c.kind, store_time) for c in EVENT_COLUMNS)
+        fields = [c.field for c in OPERATION_COLUMNS]
+        self._status, self._token, self._expires, self._count = (
+            fields.index(name)
+            for name in ("status", "lease_token", "lease_expires_at", "event_count")
+        )
+
+    def __repr__(self) -> str:
+        return f"Rows({self.backend!r})"
+
+    def name(self, field: str) -> str:
+        """The column holding the record field ``field``."""
+        return self._by_field[field]
+
+    # -- reading -----------------------------------------------------------------------
+
+    def version(self, row: Sequence[Any], now: Any) -> Version:
+        """Return what a fenced write checks of operation ``row``, its lease judged at ``now``."""
+        token, expires = row[self._token], row[self._expires]
+        return Version(
+            _status(row[self._status]),
+            token,
+            token is not None and expires is not None and expires > now,
+            row[self._count],
+        )
+
+    def record(self, row: Sequence[Any], now: Any) -> OperationRecord:
+        """Return the operation in ``row``, its lease judged live or not at ``now``."""
+        values = [
+            value if load is None else load(value)
+            for load, value in zip(self._load, row, strict=True)
+        ]
+        token, expires = row[self._token], row[self._expires]
+        values.insert(_LIVE_AT, token is not None and expires is not None and expires > now)
+        return OperationRecord(*values)
+
+    def event(self, row: Sequence[Any]) -> EffectEvent:
+        """Return the event in ``row``."""
+        return EffectEvent(
+            *[
+                value if load is None else load(value)
+                for load, value in zip(self._load_event, row, strict=True)
+            ]
+        )
+
+    def read_event(self, row: Sequence[Any]) -> EffectEvent | chain.UnreadableEvent:
+        """Return the event in ``row``, or, when its columns no longer parse, why not."""
+        try:
+            return self.event(row)
+        except Exception as exc:  # noqa: BLE001 - any edit that breaks parsing is a finding, not a crash
+            try:
+                seq = int(row[_EVENT_SEQ])
+            except (TypeError, ValueError):
+                seq = -1
+            stored = row[_EVENT_HASH]
+            return chain.UnreadableEvent(
+                str(row[_EVENT_ID]), seq, bytes(stored) if stored is not None else b"", f"{exc}"
+            )
+
+    # -- writing -----------------------------------------------------------------------
+
+    def row(self, record: OperationRecord) -> tuple[Any, ...]:
+        """Return ``record`` as a row of the operations table."""
+        return tuple(
+            value if dump is None else dump(value)
+            for dump, value in zip(
+                self._dump, (getattr(record, c.field) for c in OPERATION_COLUMNS), strict=True
+            )
+        )
+
+    def event_row(self, event: EffectEvent) -> tuple[Any, ...]:
+        """Return ``event`` as a row of the events table."""
+        return tuple(
+            value if dump is None else dump(value)
+            for dump, value in zip(
+                self._dump_event, (getattr(event, c.field) for c in EVENT_COLUMNS), strict=True
+            )
+        )
+
+    def appended(
+        self,
+        operation_id: str,
+        drafts: Sequence[EventDraft],
+        count: int,
+        head: bytes | None,
+        now_us: int,
+    ) -> tuple[list[tuple[Any, ...]], int, bytes | None]:
+        """Hash ``drafts`` onto the chain of ``count`` events ending at ``head``, dated ``now_us``.
+
+        Returns their event rows, the new event count and the new chain head.
+        """
+        chained, count, head = chain.append(operation_id, drafts, count, head, now_us)
+        at = self.store_time(now_us)
+        rows = [
+            (operation_id, seq, kind, from_, to, attempt, at, evidence, digest)
+            for seq, kind, from_, to, attempt, evidence, digest in chained
+        ]
+        return rows, count, head
+
+    def created(
+        self, operation: NewOperation, drafts: Sequence[EventDraft], now_us: int
+    ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+        """Return the row of ``operation`` as first claimed at ``now_us``, and its event rows."""
+        events, count, head = self.appended(operation.operation_id, drafts, 0, None, now_us)
+        lease = operation.lease
+        fields: dict[str, Any] = {
+            "operation_id": operation.operation_id,
+            "contract": operation.contract,
+            "contract_version": operation.contract_version,
+            "fingerprint": operation.fingerprint,
+            "provider_key": operation.provider_key,
+            "status": EffectStatus.DISPATCHED,
+            "attempts": 1,
+            "attempt_budget": operation.attempt_budget,
+            "arguments": operation.arguments,
+            "output_json": None,
+            "provider_operation_id": None,
+            "reason": None,
+            "evidence": None,
+            "lease_token": lease.token,
+            "lease_owner": lease.owner,
+            "lease_expires_at": now_us + round(lease.seconds * 1_000_000),
+            "overlap": (),
+            "created_at": now_us,
+            "updated_at": now_us,
+            "first_dispatched_at": now_us,
+            "event_count": count,
+            "event_head": head or b"",
+        }
+        values = tuple(
+            fields[c.field] if dump is None else dump(fields[c.field])
+            for c, dump in zip(OPERATION_COLUMNS, self._dump, strict=True)
+        )
+        return values, events
+
+    def changed_columns(self, changes: Changes, now_us: int) -> dict[str, Any]:
+        """Return each column ``changes`` sets, by name, as stored; a lease runs from ``now_us``."""
+        fields: dict[str, Any] = {"status": changes.status}
+        if changes.lease is not UNSET:
+            lease = changes.lease
+            fields.update(
+                lease_token=None if lease is None else lease.token,
+                lease_owner=None if lease is None else lease.owner,
+                lease_expires_at=(
+                    None if lease is None else now_us + round(lease.seconds * 1_000_000)
+                ),
+            )
+        named: Mapping[str, Any] = {
+            "attempts": changes.attempts,
+            "attempt_budget": changes.attempt_budget,
+            "output_json": changes.output_json,
+            "provider_operation_id": changes.provider_operation_id,
+            "reason": changes.reason,
+            "evidence": changes.evidence,
+            "overlap": changes.overlap,
+        }
+        fields.update({field: value for field, value in named.items() if value is not UNSET})
+        columns = {}
+        for field, value in fields.items():
+            name = self._by_field[field]
+            dump = self._dump_by_name[name]
+            columns[name] = value if dump is None else dump(value)
+        return columns
+
+    def transitioned(
+        self, row: Sequence[Any], changes: Changes, drafts: Sequence[EventDraft], now_us: int
+    ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
+        """Return operation ``row`` with ``changes`` and ``drafts`` applied at ``now_us``.
+
+        Also returns the event rows, which extend the chain from the head kept on ``row``.
+        """
+        values = dict(zip(self.operation_columns, row, strict=True))
+        values.update(self.changed_columns(changes, now_us))
+        count, head = self.name("event_count"), self.name("event_head")
+        events, values[count], new_head = self.appended(
+            values[self.name("operation_id")],
+            drafts,
+            values[count],
+            bytes(values[head]) or None,
+            now_us,
+        )
+        values[head] = new_head or b""
+        values[self.name("updated_at")] = self.store_time(now_us)
+        return tuple(values.values()), events
+
+
+#: SQLite's rows: times as whole microseconds since the epoch.
+SQLITE = Rows("sqlite", store_time=_same, load_time=chain.from_micros)
+#: PostgreSQL's rows: times as aware datetimes (``timestamptz``).
+POSTGRES = Rows("postgres", store_time=chain.from_micros, load_time=_utc)
