@@ -8,6 +8,8 @@ attach to it with ``cli.add_command``.
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -162,5 +164,18 @@ cli.add_command(bench)
 
 
 def main() -> None:
-    """Run ``agent-effect``."""
+    """Run ``agent-effect``.
+
+    Scenarios, the matrix and the bench make effects fail on purpose, so the
+    library's own log lines (which would otherwise reach stderr through Python's
+    last-resort handler) are shown only from the level ``EFFECTGUARD_LOG_LEVEL``
+    names, ERROR by default.
+    """
+    level = os.environ.get("EFFECTGUARD_LOG_LEVEL", "ERROR").upper()
+    if level not in logging.getLevelNamesMapping():
+        sys.stderr.write(f"agent-effect: EFFECTGUARD_LOG_LEVEL={level!r} is not a logging level\n")
+        sys.exit(2)
+    # This is the application, not the library: it may configure logging.
+    logging.basicConfig(format="%(name)s %(levelname)s %(message)s")
+    logging.getLogger("effectguard").setLevel(level)
     cli(prog_name="agent-effect")

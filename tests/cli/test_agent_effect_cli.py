@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -145,3 +146,41 @@ def test_installed_console_script_runs_a_scenario(tmp_path):
     report = json.loads(output.read_text())
     assert report["final_status"] == "CONFIRMED"
     assert report["committed_effects"] == 1
+
+
+@pytest.mark.parametrize(
+    ("level", "shown"), [(None, False), ("WARNING", True), ("info", True)]
+)
+def test_the_librarys_log_lines_show_only_from_the_level_asked_for(level, shown):
+    """A scenario's deliberate failures stay off stderr unless EFFECTGUARD_LOG_LEVEL asks."""
+    script = Path(sys.executable).with_name("agent-effect")
+    env = {k: v for k, v in os.environ.items() if k != "EFFECTGUARD_LOG_LEVEL"}
+    if level is not None:
+        env["EFFECTGUARD_LOG_LEVEL"] = level
+    completed = subprocess.run(
+        [str(script), "--scenario", "after-commit-before-ack"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=env,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert ("effectguard.executor WARNING" in completed.stderr) is shown, completed.stderr
+
+
+def test_an_unknown_log_level_is_one_line_and_exit_2():
+    """EFFECTGUARD_LOG_LEVEL that names no level is refused before anything runs."""
+    script = Path(sys.executable).with_name("agent-effect")
+    completed = subprocess.run(
+        [str(script), "--scenario", "after-commit-before-ack"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "EFFECTGUARD_LOG_LEVEL": "loud"},
+    )
+    assert completed.returncode == 2
+    assert completed.stderr.strip().splitlines() == [
+        "agent-effect: EFFECTGUARD_LOG_LEVEL='LOUD' is not a logging level"
+    ]
