@@ -10,7 +10,7 @@ from effectguard.contract import EffectContract
 from effectguard.errors import FencedWriteError
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.outputs import Stored, store
-from effectguard.executor.redaction import scrub
+from effectguard.executor.redaction import scrub, scrub_write
 from effectguard.ledger.protocol import Changes, EffectLedger, EventDraft, Expect
 from effectguard.ledger.transitions import to_confirmed
 from effectguard.model import EffectStatus, EventType, OperationRecord
@@ -80,6 +80,8 @@ def record_late(
             event = EventDraft(
                 EventType.LATE_RESULT, record.status, record.status, attempt, evidence
             )
+        # The output and the not-stored marker are user text too, as is the reason quoting it.
+        changes, (event,) = scrub_write(secrets, changes, (event,))
         try:
             after = ledger.transition(
                 operation_id,

@@ -35,7 +35,7 @@ from effectguard.executor.outputs import Stored, decode, jsonable, not_stored, s
 from effectguard.executor.pacing import Pace
 from effectguard.executor.peers import PeerWait
 from effectguard.executor.reconcile import Ruling, Verdict, decide
-from effectguard.executor.redaction import scrub
+from effectguard.executor.redaction import scrub, scrub_write
 from effectguard.fingerprint import redact_arguments
 from effectguard.ledger.protocol import (
     UNSET,
@@ -243,6 +243,7 @@ class StateMachine:
 
         The call's observers hear of the events once they are durable.
         """
+        changes, events = scrub_write(call.secrets, changes, events)
 
         def run() -> OperationRecord:
             record = self.ledger.transition(

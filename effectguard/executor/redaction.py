@@ -1,30 +1,91 @@
 """Keeping redacted argument values out of text that user code produced.
 
-``redact=`` promises that a value is never stored. Exception messages and
-probe evidence come from user code and may quote the value (``card 4242…
+``redact=`` promises that a value is never stored. Exception messages, probe
+evidence and outputs come from user code and may quote the value (``card 4242…
 declined``), so every such text is scrubbed before the ledger or an observer
-sees it.
+sees it: :func:`scrub_write` is applied to every row change and event the
+executor writes, which covers the logs and observers too, since they only ever
+see what was written.
+
+What is masked, for each redacted argument (and each scalar inside a redacted
+dict or list):
+
+- a value of :data:`MIN_SUBSTRING` characters or more, wherever it occurs in a
+  string, also inside a longer word; an all-digit one (a card number, as ``str``
+  or ``int``) also when its digits are grouped by spaces or dashes
+  (``4242 4242 4242 4242``);
+- a shorter value (a 3-digit CVV) only as a whole token, not next to a letter or
+  digit: masking every ``123`` inside ``order 91234`` would mangle unrelated text
+  and, for a one-character value, everything;
+- a JSON number equal to a redacted number, as a number.
+
+Not masked: other spellings of the value (lower-cased, reformatted, a last-4
+suffix, base64 or other encodings), ``None`` and booleans (never secret, and
+masking ``True`` everywhere would only destroy text).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import dataclasses
+import functools
+import json
+import re
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-__all__ = ["MASK", "scrub", "secrets_of"]
+from effectguard.fingerprint import REDACTED, canonical_json
+from effectguard.ledger.protocol import UNSET, Changes, EventDraft
 
-#: What a redacted value is replaced with.
-MASK = "[redacted]"
+__all__ = ["MASK", "MIN_SUBSTRING", "scrub", "scrub_write", "secrets_of"]
+
+#: What a redacted value is replaced with: the marker stored for redacted arguments.
+MASK = REDACTED
+
+#: Values at least this long are masked wherever they occur; shorter ones as whole tokens only.
+MIN_SUBSTRING = 6
 
 
 def secrets_of(arguments: Mapping[str, Any], redact: Collection[str]) -> tuple[str, ...]:
     """The text forms of the redacted values in ``arguments``, longest first.
 
-    Longest first, so that a value containing another is masked whole.
+    A redacted dict or list contributes each scalar inside it. Longest first,
+    so that a value containing another is masked whole.
     """
-    found = {str(arguments[name]) for name in redact if name in arguments}
+    found: set[str] = set()
+    for name in redact:
+        if name in arguments:
+            _collect(arguments[name], found)
     found.discard("")
-    return tuple(sorted(found, key=len, reverse=True))
+    return tuple(sorted(found, key=lambda text: (-len(text), text)))
+
+
+def _collect(value: Any, found: set[str]) -> None:
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, Mapping):
+        for item in value.values():
+            _collect(item, found)
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            _collect(item, found)
+    elif isinstance(value, bytes):
+        found.add(value.decode("utf-8", "replace"))
+    else:
+        found.add(str(value))
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
+    """One regex matching every secret as the module docstring says."""
+    parts = []
+    for secret in secrets:  # already longest first: the alternation prefers the longest
+        if len(secret) < MIN_SUBSTRING:
+            parts.append(rf"(?<![^\W_]){re.escape(secret)}(?![^\W_])")
+        elif secret.isdigit():
+            parts.append("[ -]?".join(re.escape(digit) for digit in secret))
+        else:
+            parts.append(re.escape(secret))
+    return re.compile("|".join(parts))
 
 
 def scrub(value: Any, secrets: tuple[str, ...]) -> Any:
@@ -32,9 +93,7 @@ def scrub(value: Any, secrets: tuple[str, ...]) -> Any:
     if not secrets:
         return value
     if isinstance(value, str):
-        for secret in secrets:
-            value = value.replace(secret, MASK)
-        return value
+        return _pattern(secrets).sub(MASK, value)
     if isinstance(value, Mapping):
         return {scrub(key, secrets): scrub(item, secrets) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -42,3 +101,27 @@ def scrub(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) in secrets:
         return MASK  # a redacted number quoted as a number
     return value
+
+
+def scrub_write(
+    secrets: tuple[str, ...], changes: Changes, events: Sequence[EventDraft]
+) -> tuple[Changes, tuple[EventDraft, ...]]:
+    """``changes`` and ``events`` with every secret masked in their reason, evidence and output.
+
+    The stored output is masked too: ``redact=`` means never stored, and every
+    caller, the live one included, receives the stored output.
+    """
+    if not secrets:
+        return changes, tuple(events)
+    updates: dict[str, Any] = {}
+    if isinstance(changes.reason, str):
+        updates["reason"] = scrub(changes.reason, secrets)
+    if changes.evidence is not UNSET:
+        updates["evidence"] = scrub(changes.evidence, secrets)
+    if isinstance(changes.output_json, str):
+        output = scrub(json.loads(changes.output_json), secrets)
+        updates["output_json"] = canonical_json(output)
+    scrubbed = tuple(
+        dataclasses.replace(event, evidence=scrub(event.evidence, secrets)) for event in events
+    )
+    return dataclasses.replace(changes, **updates), scrubbed

@@ -28,6 +28,7 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.fingerprint import canonical_json
+from effectguard.ledger.operator_text import hide_redacted
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect
 from effectguard.ledger.transitions import to_confirmed
 from effectguard.model import EffectStatus, EventType, OperationRecord
@@ -182,24 +183,25 @@ def confirm(
         )
         raise InvalidRequestError(msg)
     try:
-        output_json = canonical_json(output)
+        canonical_json(output)
     except TypeError as exc:
         msg = f"operator output is not JSON-encodable: {exc}"
         raise InvalidRequestError(msg) from exc
 
     def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
+        said, shown = hide_redacted(record, audit, output)
         evidence = {
-            **audit,
+            **said,
             **_overridden(record),
-            "output": output,
+            "output": shown,
             "provider_operation_id": provider_operation_id,
         }
         return to_confirmed(
             record.status,
             record.attempts,
-            output_json=output_json,
+            output_json=canonical_json(shown),
             provider_operation_id=provider_operation_id,
-            reason=f"confirmed by operator {audit['actor']}: {audit['reason']}",
+            reason=f"confirmed by operator {said['actor']}: {said['reason']}",
             evidence=evidence,
             event=EventType.OPERATOR_CONFIRMED,
         )
@@ -219,12 +221,13 @@ def reject(
     audit = _audit(actor, reason, evidence_reference)
 
     def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
-        evidence = {**audit, **_overridden(record)}
+        said, _ = hide_redacted(record, audit)
+        evidence = {**said, **_overridden(record)}
         changes = Changes(
             status=EffectStatus.REJECTED,
             lease=None,
             output_json=None,
-            reason=f"rejected by operator {audit['actor']}: {audit['reason']}",
+            reason=f"rejected by operator {said['actor']}: {said['reason']}",
             evidence=evidence,
             overlap=(),
         )
@@ -256,12 +259,13 @@ def authorize_retry(
     audit = _audit(actor, reason, evidence_reference)
 
     def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
-        evidence = {**audit, **_overridden(record)}
+        said, _ = hide_redacted(record, audit)
+        evidence = {**said, **_overridden(record)}
         changes = Changes(
             status=EffectStatus.PREPARED,
             lease=None,
             attempt_budget=record.attempts + 1,
-            reason=f"retry authorized by operator {audit['actor']}: {audit['reason']}",
+            reason=f"retry authorized by operator {said['actor']}: {said['reason']}",
             evidence=evidence,
             overlap=(),
         )
