@@ -27,7 +27,7 @@ from effectguard.errors import (
     InvalidRequestError,
     OperationNotFoundError,
 )
-from effectguard.fingerprint import canonical_json
+from effectguard.fingerprint import canonical_json, check_json_value
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect
 from effectguard.ledger.transitions import to_confirmed
 from effectguard.model import EffectStatus, EventType, OperationRecord
@@ -182,6 +182,7 @@ def confirm(
         )
         raise InvalidRequestError(msg)
     try:
+        check_json_value(output)  # an operator's value: the tighter nesting limit
         output_json = canonical_json(output)
     except TypeError as exc:
         msg = f"operator output is not JSON-encodable: {exc}"
