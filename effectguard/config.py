@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Self
 
+from effectguard.contract import seconds_problem
 from effectguard.errors import ConfigurationError, InternalError
 from effectguard.executor import EffectExecutor
 from effectguard.executor.observe import Transition, observing
@@ -174,8 +175,14 @@ def configure(
         if ledger is None:
             msg = "configure() got neither ledger= nor executor= past its check"
             raise InternalError(msg)
-        if wait_for_peer is not None and not wait_for_peer >= 0:
-            msg = f"configure(wait_for_peer=...) must be >= 0 seconds, not {wait_for_peer!r}"
+        # Checked before the ledger is opened, which may create its file.
+        problems = [
+            problem
+            for name, value in {"wait_for_peer": wait_for_peer, **waits}.items()
+            if (problem := seconds_problem(name, value, zero_ok=True, optional=True)) is not None
+        ]
+        if problems:
+            msg = "configure(): " + "; ".join(problems)
             raise ConfigurationError(msg)
         owns_ledger = not isinstance(ledger, EffectLedger)
         opened = open_ledger(ledger)

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import enum
+import threading
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from effectguard.errors import ConfigurationError, EffectGuardError
+from effectguard.fingerprint import check_operation_id
 from effectguard.model import OutcomeProbeResult
 
 __all__ = [
     "DURATION_FIELDS",
+    "MAX_LEASE_SECONDS",
+    "MAX_SECONDS",
     "WAIT_FIELDS",
     "Arguments",
     "EffectContract",
@@ -19,6 +23,7 @@ __all__ = [
     "ProbeFunction",
     "UnknownOutcomePolicy",
     "redacted_names",
+    "seconds_problem",
 ]
 
 T = TypeVar("T")
@@ -75,13 +80,43 @@ DURATION_FIELDS = ("handler_timeout", "lease_seconds", "provider_key_retention_s
 WAIT_FIELDS = ("wait_for_peer", "retry_wait_initial", "retry_wait_max", "deadline")
 
 
+#: The longest timeout or wait, in seconds: ``threading.TIMEOUT_MAX`` (about 292 years
+#: on 64-bit Linux), the longest a thread can wait; a longer one (or ``inf``) would pass
+#: here and overflow only at the first call, after the handler was already dispatched.
+MAX_SECONDS: float = threading.TIMEOUT_MAX
+
+#: The longest lease, in seconds (365 days): a lease is renewed while its handler runs,
+#: so a longer one only delays recovery after a crash, and lease expiry times must
+#: stay representable in the ledger.
+MAX_LEASE_SECONDS = 365 * 24 * 3600.0
+
+
+def seconds_problem(
+    name: str,
+    value: object,
+    *,
+    zero_ok: bool,
+    optional: bool = False,
+    maximum: float = MAX_SECONDS,
+) -> str | None:
+    """Why ``value`` is not a valid ``name`` in seconds, or None when it is.
+
+    Valid: an int or float (never a bool, a string or NaN) greater than 0
+    (``zero_ok``: at least 0) and at most ``maximum``; or None when ``optional``.
+    """
+    if value is None and optional:
+        return None
+    # NaN fails every comparison, so it is refused too; a bool is not a number of seconds.
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if number and (value >= 0 if zero_ok else value > 0) and value <= maximum:  # type: ignore[operator]
+        return None
+    least = ">= 0" if zero_ok else "> 0"
+    also = " or None" if optional else ""
+    return f"{name} must be {least} seconds and at most {maximum:g}{also}, not {value!r}"
+
+
 def _whole(value: object, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
-
-
-def _positive(value: object) -> bool:
-    # "not > 0" also refuses NaN; a bool is not a number of seconds.
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
 def _nonnegative(value: object) -> bool:
@@ -217,11 +252,16 @@ class EffectContract:
             if getattr(self, name) is not None and not callable(getattr(self, name))
         ]
         for name in DURATION_FIELDS:
-            value = getattr(self, name)
-            optional = name != "lease_seconds"
-            if not (optional and value is None) and not _positive(value):
-                also = " or None" if optional else ""
-                problems.append(f"{name} must be > 0 seconds{also}, not {value!r}")
+            lease = name == "lease_seconds"
+            problem = seconds_problem(
+                name,
+                getattr(self, name),
+                zero_ok=False,
+                optional=not lease,
+                maximum=MAX_LEASE_SECONDS if lease else MAX_SECONDS,
+            )
+            if problem is not None:
+                problems.append(problem)
         if not _whole(self.max_attempts, 1):
             problems.append(f"max_attempts must be an int >= 1, not {self.max_attempts!r}")
         if not _whole(self.max_output_bytes, 1):
@@ -237,9 +277,10 @@ class EffectContract:
 
     def _pacing_problems(self) -> list[str]:
         problems = [
-            f"{name} must be >= 0 seconds or None, not {value!r}"
+            problem
             for name in WAIT_FIELDS
-            if (value := getattr(self, name)) is not None and not _nonnegative(value)
+            if (problem := seconds_problem(name, getattr(self, name), zero_ok=True, optional=True))
+            is not None
         ]
         initial, maximum = self.retry_wait_initial, self.retry_wait_max
         if (
@@ -257,7 +298,10 @@ class EffectContract:
     def identity(self, arguments: Arguments) -> tuple[str, str | None]:
         """Return ``(operation_id, provider_key)`` for ``arguments``.
 
-        Raises ``ConfigurationError`` when either is not a non-empty string.
+        Raises ``ConfigurationError`` when either is not a non-empty string, and
+        :class:`InvalidRequestError` when either is only whitespace or holds a NUL
+        character or a lone surrogate, which no ledger can store alike (see
+        :func:`~effectguard.fingerprint.operation_id_problem`).
         """
         operation_id = self.operation_id(arguments)
         if not isinstance(operation_id, str) or not operation_id:
@@ -266,6 +310,7 @@ class EffectContract:
                 f"got {operation_id!r}"
             )
             raise ConfigurationError(msg)
+        check_operation_id(operation_id, f"contract {self.name!r}: operation_id")
         key = None
         if self.provider_idempotency_key is not None:
             key = self.provider_idempotency_key(arguments)
@@ -275,6 +320,7 @@ class EffectContract:
                     f"str, got {key!r}"
                 )
                 raise ConfigurationError(msg)
+            check_operation_id(key, f"contract {self.name!r}: provider idempotency key")
         return operation_id, key
 
 

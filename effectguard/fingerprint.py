@@ -6,6 +6,9 @@ keys sorted, no insignificant whitespace, UTF-8, finite numbers only. Only
 ``bool`` and ``None`` are accepted; anything else is a :class:`TypeError`, raised
 before anything is recorded, so two different requests can never share a text
 form by accident (``{1: "a"}`` and ``{"1": "a"}`` would under plain ``json``).
+So are a string with a lone surrogate (such as U+D800, which has no UTF-8 form)
+and a value nested more than :data:`MAX_JSON_DEPTH` levels deep (which would
+exhaust the interpreter's recursion limit when encoded or decoded).
 """
 
 from __future__ import annotations
@@ -16,10 +19,15 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from effectguard.errors import InvalidRequestError
+
 __all__ = [
+    "MAX_JSON_DEPTH",
     "REDACTED",
     "canonical_json",
     "check_json_value",
+    "check_operation_id",
+    "operation_id_problem",
     "redact_arguments",
     "request_fingerprint",
 ]
@@ -27,57 +35,150 @@ __all__ = [
 #: What a redacted argument's value is replaced by wherever it is stored.
 REDACTED = "[redacted]"
 
-def check_json_value(value: Any, path: str = "$") -> None:
-    """Raise ``TypeError`` naming the first part of ``value`` that is not canonical JSON."""
-    if not _plainly_valid(value):
-        _check(value, path)
+#: How deeply lists and objects may nest in a stored or hashed value. ``json``
+#: encodes and decodes nesting by recursion, counted against the interpreter's
+#: recursion limit (1,000 by default, shared with the caller's own stack), so a
+#: deeper value would fail with ``RecursionError`` somewhere between the call and
+#: a later replay; refusing it up front keeps that failure before anything is recorded.
+MAX_JSON_DEPTH = 200
+
+# The documents effectguard builds around a caller's value (a fingerprint's, an
+# event's evidence) nest it a few levels deeper; callers' values are checked
+# against MAX_JSON_DEPTH on the way in, so those documents never hit this limit.
+_ENVELOPE_DEPTH = MAX_JSON_DEPTH + 16
+
+
+def check_json_value(value: Any, path: str = "$", *, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Raise ``TypeError`` naming the first part of ``value`` that is not canonical JSON.
+
+    That includes a string (value or key) holding a lone surrogate and lists or
+    objects nested more than ``max_depth`` levels deep.
+    """
+    if not _plainly_valid(value, max_depth):
+        _check(value, path, max_depth, max_depth)
+
+
+def operation_id_problem(operation_id: object) -> str | None:
+    """Why ``operation_id`` cannot name an operation, or None when it can.
+
+    An operation id is a ``str`` with at least one non-whitespace character, no
+    NUL character (PostgreSQL cannot store one, C tools cut the text there) and
+    no lone surrogate (it has no UTF-8 form, so no ledger can store it).
+    """
+    if not isinstance(operation_id, str):
+        return f"must be a str, not {type(operation_id).__name__}"
+    if not operation_id.strip():
+        return f"must contain a non-whitespace character, not {operation_id!r}"
+    if "\x00" in operation_id:
+        return f"must not contain a NUL character (\\x00): {operation_id!r}"
+    if not _utf8(operation_id):
+        return f"must not contain a lone surrogate (it has no UTF-8 form): {operation_id!r}"
+    return None
+
+
+def check_operation_id(operation_id: object, what: str = "the operation id") -> str:
+    """Return ``operation_id`` if it can name an operation; :class:`InvalidRequestError` if not.
+
+    The message names ``what`` and the problem (see :func:`operation_id_problem`).
+    """
+    problem = operation_id_problem(operation_id)
+    if problem is not None:
+        msg = f"{what} {problem}; use printable text (nothing was recorded or sent)"
+        raise InvalidRequestError(msg)
+    return operation_id  # type: ignore[return-value]  # a str: operation_id_problem checked it
+
+
+def _utf8(text: str) -> bool:
+    """True when ``text`` has a UTF-8 form (it holds no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Every stored or hashed value passes through here several times per call, and
 # almost all are plain dicts, lists and scalars: check those by exact type
 # without building a path; anything else takes the full check, which names the
-# offending part (and accepts subclasses and other mappings, as before).
-_PLAIN = frozenset({str, int, bool, type(None)})
+# offending part (and accepts subclasses and other mappings, as before). A str
+# takes the full check only when it is not ASCII, which is rare and cheap to test.
+_PLAIN = frozenset({int, bool, type(None)})
 
 
-def _plainly_valid(value: Any) -> bool:
+def _plainly_valid(value: Any, depth: int) -> bool:
     """True when ``value`` is built of exact plain types only and is valid; False: check fully."""
     kind = type(value)
     if kind in _PLAIN:
         return True
+    if kind is str:
+        return bool(value.isascii())
+    if kind is float:
+        return math.isfinite(value)
+    return depth > 0 and _plain_container(value, kind, depth - 1)
+
+
+def _plain_container(value: Any, kind: type, depth: int) -> bool:
+    """:func:`_plainly_valid` for an exact dict, list or tuple whose items are ``depth`` deep."""
     if kind is dict:
         for key, item in value.items():
-            if type(key) is not str or (type(item) not in _PLAIN and not _plainly_valid(item)):
+            if type(key) is not str or not key.isascii():
+                return False
+            if type(item) not in _PLAIN and not _plainly_valid(item, depth):
                 return False
         return True
     if kind is list or kind is tuple:
-        return all(type(item) in _PLAIN or _plainly_valid(item) for item in value)
-    if kind is float:
-        return math.isfinite(value)
+        # A loop, not all(<generator>): a generator would add a stack frame per level.
+        for item in value:
+            if type(item) not in _PLAIN and not _plainly_valid(item, depth):
+                return False
+        return True
     return False
 
 
-def _check(value: Any, path: str) -> None:
-    if value is None or isinstance(value, (str, bool, int)):
+def _check(value: Any, path: str, depth: int, limit: int) -> None:  # noqa: C901 - one branch per JSON type
+    if value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, str):
+        if not _utf8(value):
+            msg = f"{_short(path)} is a string with a lone surrogate, which has no UTF-8 form"
+            raise TypeError(msg)
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             msg = f"{path} is {value!r}; only finite numbers are JSON-encodable"
             raise TypeError(msg)
         return
+    if isinstance(value, (Mapping, list, tuple)) and depth <= 0:
+        msg = (
+            f"{_short(path)} is nested more than {limit} levels deep; "
+            "flatten the value or store a reference to it"
+        )
+        raise TypeError(msg)
     if isinstance(value, Mapping):
         for key, item in value.items():
             if not isinstance(key, str):
                 msg = f"{path} has a key {key!r} of type {type(key).__name__}; keys must be str"
                 raise TypeError(msg)
-            _check(item, f"{path}.{key}")
+            if not _utf8(key):
+                msg = f"{_short(path)} has a key {key!r} with a lone surrogate (no UTF-8 form)"
+                raise TypeError(msg)
+            _check(item, f"{path}.{key}", depth - 1, limit)
         return
     if isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]")
+            _check(item, f"{path}[{index}]", depth - 1, limit)
         return
     msg = f"{path} is a {type(value).__name__}, which is not JSON-encodable"
     raise TypeError(msg)
+
+
+def _short(path: str, limit: int = 80) -> str:
+    """``path``, its middle elided when it is long (a deeply nested value's path is)."""
+    if len(path) <= limit:
+        return path
+    return f"{path[: limit // 2]}…{path[-limit // 2 :]}"
 
 
 # One encoder for every call: json.dumps with these options builds a new one each time.
@@ -88,7 +189,7 @@ _ENCODER = json.JSONEncoder(
 
 def canonical_json(value: Any) -> str:
     """Return the canonical JSON text of ``value``; ``TypeError`` if it has none."""
-    check_json_value(value)
+    check_json_value(value, max_depth=_ENVELOPE_DEPTH)
     return _ENCODER.encode(value)
 
 

@@ -161,6 +161,9 @@ def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  
     except ValueError as exc:
         msg = f"not valid JSON: {exc}"
         raise click.BadParameter(msg) from exc
+    except RecursionError as exc:
+        msg = "not storable JSON: it is nested too deeply"
+        raise click.BadParameter(msg) from exc
 
 
 def non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001 - Click's callback signature

@@ -17,8 +17,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from effectguard.contract import EffectContract
-from effectguard.errors import EffectNotSent, InternalError
+from effectguard.contract import EffectContract, seconds_problem
+from effectguard.errors import (
+    ConfigurationError,
+    EffectNotSent,
+    InternalError,
+    InvalidRequestError,
+)
 from effectguard.executor import handler as _handler
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.lease import TOKENS
@@ -42,7 +47,7 @@ from effectguard.executor.pacing import (
     full_jitter,
 )
 from effectguard.executor.redaction import secrets_of
-from effectguard.fingerprint import request_fingerprint
+from effectguard.fingerprint import check_json_value, request_fingerprint
 from effectguard.ledger.protocol import EffectLedger
 from effectguard.model import EffectResult, OutcomeProbeResult
 
@@ -97,7 +102,14 @@ class EffectExecutor:
         jitter: Jitter = full_jitter,
     ) -> None:
         self.ledger = ledger
-        self.wait_for_peer = _check_wait("wait_for_peer", wait_for_peer)
+        _check_options(
+            wait_for_peer=wait_for_peer,
+            poll_interval=poll_interval,
+            retry_wait_initial=retry_wait_initial,
+            retry_wait_max=retry_wait_max,
+            deadline=deadline,
+        )
+        self.wait_for_peer = wait_for_peer
         self.pacing = Pacing(retry_wait_initial, retry_wait_max, deadline, jitter)
         self._check_pacing()
         self._clock = clock
@@ -126,10 +138,7 @@ class EffectExecutor:
                 "retry_wait_initial and retry_wait_max must satisfy 0 <= initial <= max, "
                 f"not {pacing.retry_wait_initial!r} and {pacing.retry_wait_max!r}"
             )
-            raise ValueError(msg)
-        if not pacing.deadline >= 0:
-            msg = f"deadline must be >= 0 seconds, not {pacing.deadline!r}"
-            raise ValueError(msg)
+            raise ConfigurationError(msg)
         if not callable(pacing.jitter):
             msg = f"jitter must be callable, not {type(pacing.jitter).__name__}"
             raise TypeError(msg)
@@ -358,11 +367,22 @@ class EffectExecutor:
             msg = "pass wait_for_peer= or its older name wait_seconds=, not both"
             raise TypeError(msg)
         given = wait_for_peer if wait_seconds is None else wait_seconds
-        given = _check_wait("wait_for_peer", given)
+        problem = seconds_problem(
+            "wait_for_peer" if wait_seconds is None else "wait_seconds",
+            given,
+            zero_ok=True,
+            optional=True,
+        )
+        if problem is not None:
+            msg = f"EffectExecutor.execute(): {problem}; nothing was recorded or sent"
+            raise InvalidRequestError(msg)
         wait = next(
             (w for w in (given, contract.wait_for_peer, self.wait_for_peer) if w is not None), 0.0
         )
         arguments = dict(arguments)
+        # Before the contract's callables see them, and before anything is recorded: a
+        # lone surrogate or a 100,000-deep value would otherwise fail half-way through.
+        check_json_value(arguments)
         operation_id, key = contract.identity(arguments)
         fingerprint = request_fingerprint(
             contract.name, contract.version, arguments, key, contract.redact
@@ -383,12 +403,25 @@ class EffectExecutor:
         )
 
 
-def _check_wait(name: str, seconds: float | None) -> float | None:
-    """Return ``seconds`` if it is a wait (None or >= 0); ``ValueError`` naming ``name`` if not."""
-    if seconds is not None and not seconds >= 0:
-        msg = f"{name} must be >= 0 seconds or None, not {seconds!r}"
-        raise ValueError(msg)
-    return seconds
+def _check_options(**seconds: float | None) -> None:
+    """Refuse :class:`EffectExecutor` options that are not a bounded number of seconds.
+
+    Raises :class:`ConfigurationError` naming each one; ``inf`` and ``'1'`` would
+    otherwise pass here and fail (``OverflowError``, ``TypeError``) mid-call.
+    """
+    problems = [
+        problem
+        for name, value in seconds.items()
+        if (
+            problem := seconds_problem(
+                name, value, zero_ok=name != "poll_interval", optional=name == "wait_for_peer"
+            )
+        )
+        is not None
+    ]
+    if problems:
+        msg = "EffectExecutor(): " + "; ".join(problems)
+        raise ConfigurationError(msg)
 
 
 async def _await(value: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 from effectguard.codec_tags import TAGGED, Unstorable
 from effectguard.contract import EffectContract
 from effectguard.errors import ConfigurationError
-from effectguard.fingerprint import canonical_json
+from effectguard.fingerprint import canonical_json, check_json_value
 from effectguard.model import EffectStatus, OperationRecord
 
 __all__ = ["NOT_STORED", "Stored", "decode", "jsonable", "not_stored", "store"]
@@ -77,7 +77,9 @@ def store(contract: EffectContract, output: Any) -> Stored | str:
     provider_operation_id = _provider_operation_id(contract, output)
     try:
         codec = TAGGED if contract.codec is None else contract.codec
-        text = canonical_json(codec.encode(output))
+        encoded = codec.encode(output)
+        check_json_value(encoded)  # a caller's value: the tighter nesting limit
+        text = canonical_json(encoded)
     except Exception as exc:  # noqa: BLE001 - any encoding failure makes it unstorable
         path, kind = _where(exc, output)
         reason = f"{exc}" if isinstance(exc, Unstorable) else f"{path} cannot be stored: {exc}"

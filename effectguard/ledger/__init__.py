@@ -29,8 +29,9 @@ def open_ledger(target: str | os.PathLike[str] | EffectLedger, **options: Any) -
     makes a missing ledger an error instead of creating it).
 
     A target that can never work is a :class:`ConfigurationError` here, before
-    anything is opened or created: an empty string, a URL of another scheme
-    (``mysql://``), a directory, or a file whose directory does not exist.
+    anything is opened or created: an empty string, one with a NUL character,
+    a URL of another scheme (``mysql://``), a directory, or a file whose
+    directory does not exist.
     """
     if isinstance(target, EffectLedger):
         return target
@@ -59,6 +60,9 @@ def _check_target(target: str | os.PathLike[str], *, create: bool) -> None:
     text = os.fspath(target)
     if not isinstance(text, str) or not text.strip():
         msg = f"the ledger target is empty; give {_SUPPORTED}"
+        raise ConfigurationError(msg)
+    if "\x00" in text:
+        msg = f"the ledger target {text!r} contains a NUL character; no path or URL has one"
         raise ConfigurationError(msg)
     if text.startswith(_POSTGRES_SCHEMES):
         return

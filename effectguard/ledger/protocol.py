@@ -170,7 +170,11 @@ class EffectLedger(Protocol):
         ...
 
     def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
-        """Return the operation, or None; a plain read that takes no write lock."""
+        """Return the operation, or None; a plain read that takes no write lock.
+
+        An id no operation can have (only whitespace, a NUL character, a lone
+        surrogate) is an :class:`~effectguard.errors.InvalidRequestError`.
+        """
         ...
 
     def list_operations(
@@ -184,7 +188,10 @@ class EffectLedger(Protocol):
         ...
 
     def events(self, operation_id: str) -> list[EffectEvent]:
-        """Return the operation's events in order (empty for an unknown id)."""
+        """Return the operation's events in order (empty for an unknown id).
+
+        An id no operation can have is an :class:`~effectguard.errors.InvalidRequestError`.
+        """
         ...
 
     def verify(self) -> VerifyReport:

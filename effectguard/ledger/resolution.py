@@ -27,7 +27,7 @@ from effectguard.errors import (
     InvalidRequestError,
     OperationNotFoundError,
 )
-from effectguard.fingerprint import canonical_json
+from effectguard.fingerprint import canonical_json, check_json_value
 from effectguard.ledger.operator_text import hide_redacted
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect
 from effectguard.ledger.transitions import to_confirmed
@@ -183,6 +183,7 @@ def confirm(
         )
         raise InvalidRequestError(msg)
     try:
+        check_json_value(output)  # an operator's value: the tighter nesting limit
         canonical_json(output)
     except TypeError as exc:
         msg = f"operator output is not JSON-encodable: {exc}"

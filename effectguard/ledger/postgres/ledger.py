@@ -53,6 +53,7 @@ translated at); the SQL text and the row mapping are driver-free modules.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -68,6 +69,7 @@ from effectguard.errors import (
     LedgerUnavailableError,
     OperationNotFoundError,
 )
+from effectguard.fingerprint import check_operation_id
 from effectguard.ledger import bulk, chain
 from effectguard.ledger.postgres import rows
 from effectguard.ledger.postgres.connections import (
@@ -140,8 +142,15 @@ class PostgresEffectLedger(OperatorResolution):
         if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
             msg = f"pool_size must be an int >= 1, not {pool_size!r}"
             raise ConfigurationError(msg)
-        if not timeout > 0:
-            msg = f"timeout must be > 0 seconds, not {timeout!r}"
+        if not (
+            isinstance(timeout, (int, float))
+            and not isinstance(timeout, bool)
+            and 0 < timeout <= threading.TIMEOUT_MAX
+        ):
+            msg = (
+                "timeout must be > 0 seconds and at most threading.TIMEOUT_MAX "
+                f"({threading.TIMEOUT_MAX:g}), not {timeout!r}"
+            )
             raise ConfigurationError(msg)
         conninfo, self.schema = split_target(url, schema)
         self._where = describe(conninfo)
@@ -422,6 +431,7 @@ class PostgresEffectLedger(OperatorResolution):
 
     def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
         """See :meth:`EffectLedger.get`."""
+        check_operation_id(operation_id)
         return self._fetch(operation_id, now)[0]
 
     def list_operations(
@@ -455,6 +465,7 @@ class PostgresEffectLedger(OperatorResolution):
 
     def events(self, operation_id: str) -> list[EffectEvent]:
         """See :meth:`EffectLedger.events`."""
+        check_operation_id(operation_id)
 
         def work(conn: Connection) -> list[tuple[Any, ...]]:
             return conn.execute(self._sql.events, (operation_id,)).fetchall()

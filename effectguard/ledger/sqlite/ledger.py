@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from effectguard.errors import (
+    ConfigurationError,
     FencedWriteError,
     InternalError,
     LedgerError,
@@ -30,6 +31,7 @@ from effectguard.errors import (
     LedgerUnavailableError,
     OperationNotFoundError,
 )
+from effectguard.fingerprint import check_operation_id
 from effectguard.ledger import bulk, chain
 from effectguard.ledger.protocol import (
     Changes,
@@ -58,7 +60,7 @@ from effectguard.model import (
     VerifyReport,
 )
 
-__all__ = ["SCHEMA_VERSION", "SQLiteEffectLedger"]
+__all__ = ["MAX_BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteEffectLedger"]
 
 T = TypeVar("T")
 
@@ -141,6 +143,20 @@ _UPDATE_OPERATION = (
 )
 
 
+#: The longest ``busy_timeout``, in seconds: SQLite takes it in milliseconds as a
+#: 32-bit int, and a longer one would wrap around rather than wait longer.
+MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
+
+
+def _seconds(value: object) -> bool:
+    """True when ``value`` is a number of seconds SQLite can wait (not NaN, not a bool)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and 0 <= value <= MAX_BUSY_TIMEOUT
+    )
+
+
 class _Connection(sqlite3.Connection):
     """A connection that can be weakly referenced, so dead threads' connections are collected.
 
@@ -182,15 +198,21 @@ class SQLiteEffectLedger(OperatorResolution):
         clock: Callable[[], float] | None = None,
         read_only: bool = False,
     ) -> None:
-        mode = synchronous.upper()
+        mode = synchronous.upper() if isinstance(synchronous, str) else synchronous
         if mode not in _SYNCHRONOUS:
             msg = (
                 f"synchronous must be one of {', '.join(sorted(_SYNCHRONOUS))}, not {synchronous!r}"
             )
-            raise ValueError(msg)
-        if not busy_timeout >= 0:
-            msg = f"busy_timeout must be >= 0 seconds, not {busy_timeout!r}"
-            raise ValueError(msg)
+            raise ConfigurationError(msg)
+        if not _seconds(busy_timeout):
+            msg = (
+                f"busy_timeout must be >= 0 seconds and at most {MAX_BUSY_TIMEOUT:g} "
+                f"(SQLite's limit, about 24 days), not {busy_timeout!r}"
+            )
+            raise ConfigurationError(msg)
+        if "\x00" in os.fspath(path):
+            msg = f"the ledger path {os.fspath(path)!r} contains a NUL character; no file has one"
+            raise ConfigurationError(msg)
         self.path = Path(path)
         self.synchronous = mode
         self.busy_timeout = busy_timeout
@@ -516,6 +538,7 @@ class SQLiteEffectLedger(OperatorResolution):
 
     def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
         """See :meth:`EffectLedger.get`."""
+        check_operation_id(operation_id)
         now_us = self._now_us(now)
 
         def work(conn: _Connection) -> OperationRecord | None:
@@ -556,6 +579,7 @@ class SQLiteEffectLedger(OperatorResolution):
 
     def events(self, operation_id: str) -> list[EffectEvent]:
         """See :meth:`EffectLedger.events`."""
+        check_operation_id(operation_id)
 
         def work(conn: _Connection) -> list[EffectEvent]:
             found = conn.execute(
