@@ -28,15 +28,7 @@ from effectguard.executor import handler as _handler
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.lease import TOKENS
 from effectguard.executor.logs import log_transition
-from effectguard.executor.machine import (
-    Call,
-    HandlerStep,
-    LedgerStep,
-    PauseStep,
-    ProbeStep,
-    StateMachine,
-    Step,
-)
+from effectguard.executor.machine import StateMachine
 from effectguard.executor.observe import Observer, context_observers
 from effectguard.executor.pacing import (
     DEFAULT_DEADLINE,
@@ -47,6 +39,7 @@ from effectguard.executor.pacing import (
     full_jitter,
 )
 from effectguard.executor.redaction import secrets_of
+from effectguard.executor.steps import Call, HandlerStep, LedgerStep, PauseStep, ProbeStep, Step
 from effectguard.fingerprint import check_json_value, request_fingerprint
 from effectguard.ledger.protocol import EffectLedger
 from effectguard.model import EffectResult, OutcomeProbeResult

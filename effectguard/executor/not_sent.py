@@ -30,7 +30,8 @@ from effectguard.model import EffectResult, EffectStatus, EventType, OperationRe
 
 if TYPE_CHECKING:
     from effectguard.executor.handler import HandlerOutcome
-    from effectguard.executor.machine import Call, StateMachine, Step
+    from effectguard.executor.machine import StateMachine
+    from effectguard.executor.steps import Call, Step
 
 __all__ = ["not_sent"]
 

@@ -42,6 +42,14 @@ from effectguard.ledger.protocol import (
 )
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.ledger.schema import SQLITE
+from effectguard.ledger.sqlite.connection import (
+    connect,
+    current,
+    inspect,
+    migrate,
+    refusal,
+    write_transaction,
+)
 from effectguard.ledger.sqlite.files import (
     FileIdentity,
     create_private_file,
@@ -53,6 +61,7 @@ from effectguard.ledger.sqlite.files import (
     replaced_error,
     unchanged,
 )
+from effectguard.ledger.sqlite.migrations import APPLICATION_ID, FORMAT, SCHEMA_VERSION
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -65,60 +74,6 @@ __all__ = ["MAX_BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteEffectLedger"]
 T = TypeVar("T")
 
 rows = SQLITE
-
-#: ``PRAGMA application_id`` of every effectguard ledger file ("EGLD").
-APPLICATION_ID = 0x45474C44
-
-_MIGRATIONS: tuple[str, ...] = (
-    # 1: operations and their hash-chained events.
-    """
-    CREATE TABLE operations (
-        operation_id TEXT PRIMARY KEY,
-        contract TEXT NOT NULL,
-        contract_version INTEGER NOT NULL,
-        fingerprint TEXT NOT NULL,
-        provider_key TEXT,
-        status TEXT NOT NULL,
-        attempts INTEGER NOT NULL,
-        attempt_budget INTEGER NOT NULL,
-        arguments TEXT NOT NULL,
-        output TEXT,
-        provider_operation_id TEXT,
-        reason TEXT,
-        evidence TEXT,
-        lease_token TEXT,
-        lease_owner TEXT,
-        lease_expires_us INTEGER,
-        overlap TEXT,
-        created_us INTEGER NOT NULL,
-        updated_us INTEGER NOT NULL,
-        first_dispatched_us INTEGER NOT NULL,
-        event_count INTEGER NOT NULL,
-        event_head BLOB NOT NULL
-    );
-    CREATE TABLE events (
-        operation_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        type TEXT NOT NULL,
-        from_status TEXT,
-        to_status TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        at_us INTEGER NOT NULL,
-        evidence TEXT,
-        hash BLOB NOT NULL,
-        PRIMARY KEY (operation_id, seq)
-    ) WITHOUT ROWID;
-    """,
-    # 2: operator listings by status or contract stay fast on large ledgers.
-    """
-    CREATE INDEX operations_by_status ON operations (status, updated_us);
-    CREATE INDEX operations_by_contract ON operations (contract, updated_us);
-    CREATE INDEX operations_by_update ON operations (updated_us);
-    """,
-)
-
-#: The schema version this library writes; older files are migrated forward on open.
-SCHEMA_VERSION = len(_MIGRATIONS)
 
 _SYNCHRONOUS = frozenset({"FULL", "EXTRA", "NORMAL"})
 # Page cache while bulk-loading: 256 MiB (a negative cache_size is KiB).
@@ -282,14 +237,7 @@ class SQLiteEffectLedger(OperatorResolution):
 
     def _sqlite_connect(self, target: str | Path) -> _Connection:
         with self._translate():
-            return sqlite3.connect(
-                target,
-                timeout=self.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-                factory=_Connection,
-                uri=isinstance(target, str),
-            )
+            return connect(target, self.busy_timeout, _Connection)
 
     def _connect_read_only(self) -> _Connection:
         conn = self._sqlite_connect(read_only_uri(self.path, immutable=False))
@@ -313,7 +261,6 @@ class SQLiteEffectLedger(OperatorResolution):
         conn = self._connect_read_only() if self.read_only else self._sqlite_connect(self.path)
         try:
             with self._translate():
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
                 if not self._ready:
                     self._prepare(conn)
                 elif conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
@@ -349,55 +296,27 @@ class SQLiteEffectLedger(OperatorResolution):
 
     def _prepare(self, conn: _Connection) -> None:
         """Check the file is a ledger this library can use, then migrate it forward."""
-        # One statement, one snapshot: another process may be creating this file right now.
-        application_id, version, tables = conn.execute(
-            "SELECT (SELECT application_id FROM pragma_application_id()),"
-            " (SELECT user_version FROM pragma_user_version()),"
-            " (SELECT count(*) FROM sqlite_master)"
-        ).fetchone()
-        if application_id != APPLICATION_ID:
-            if tables:
-                msg = f"{self.path} is a SQLite database but not an effectguard ledger"
-                raise LedgerSchemaError(msg)
-            if not self._create:
-                # An empty file (``touch``, an interrupted creation) would otherwise become a
-                # ledger on the first read.
-                msg = f"{self.path} is empty, not a ledger (reads never create one)"
-                raise LedgerNotFoundError(msg)
-        elif version > SCHEMA_VERSION:
-            msg = (
-                f"ledger {self.path} has schema version {version}, newer than this "
-                f"effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
-            )
-            raise LedgerSchemaError(msg)
+        found = inspect(conn)
+        problem = refusal(self.path, FORMAT, found)
+        if problem is not None:
+            raise LedgerSchemaError(problem)
+        if found.application_id != APPLICATION_ID and not self._create:
+            # An empty file (``touch``, an interrupted creation) would otherwise become a
+            # ledger on the first read.
+            msg = f"{self.path} is empty, not a ledger (reads never create one)"
+            raise LedgerNotFoundError(msg)
         if self.read_only:
-            if version != SCHEMA_VERSION:
+            if found.version != SCHEMA_VERSION:
                 msg = (
-                    f"ledger {self.path} has schema version {version} and needs migrating to "
-                    f"{SCHEMA_VERSION}, which a read-only open cannot do; open it writable once"
+                    f"ledger {self.path} has schema version {found.version} and needs migrating "
+                    f"to {SCHEMA_VERSION}, which a read-only open cannot do; open it writable once"
                 )
                 raise LedgerSchemaError(msg)
             self._ready = True
             return
         enable_wal(conn, self.busy_timeout)
-        if application_id == APPLICATION_ID and version == SCHEMA_VERSION:
-            self._ready = True
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            # Another process may have migrated while this one waited for the lock.
-            current = conn.execute("PRAGMA user_version").fetchone()[0]
-            for number in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[number - 1].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        if not current(FORMAT, found):
+            migrate(conn, FORMAT)
         self._ready = True
 
     def _open(self, *, write: bool) -> _Connection:
@@ -444,17 +363,8 @@ class SQLiteEffectLedger(OperatorResolution):
         conn = self._open(write=True)
         try:
             with conn.in_use:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    # Under the write lock, so a file replaced while this waited is seen too.
-                    self._check_file(operation_id)
-                    result = work(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
-                    raise
+                # Checked under the write lock, so a file replaced while this waited is seen too.
+                result = write_transaction(conn, work, lambda: self._check_file(operation_id))
         except sqlite3.Error as exc:
             raise self._translated(exc) from exc
         return result

@@ -22,6 +22,15 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 from effectguard.errors import CheckpointConflictError, CheckpointError, RunExistsError
+from effectguard.ledger.sqlite.connection import (
+    FileFormat,
+    connect,
+    current,
+    inspect,
+    migrate,
+    refusal,
+    write_transaction,
+)
 from effectguard.ledger.sqlite.files import create_private_file, enable_wal
 from effectguard.runtime.checkpoints.store import conflict_message, encode_record
 from effectguard.runtime.state import RunRecord, RunState
@@ -32,18 +41,23 @@ T = TypeVar("T")
 
 #: ``PRAGMA application_id`` of a checkpoint file ("EGCP").
 APPLICATION_ID = 0x45474350
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    revision INTEGER NOT NULL,
-    state TEXT NOT NULL,
-    document TEXT NOT NULL,
-    created_us INTEGER NOT NULL,
-    updated_us INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS runs_by_state ON runs (state, created_us);
-"""
+_MIGRATIONS = (
+    # 1: runs and their latest checkpoint.
+    """
+    CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT PRIMARY KEY,
+        revision INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        document TEXT NOT NULL,
+        created_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS runs_by_state ON runs (state, created_us);
+    """,
+)
+#: The checkpoint file's format (the ledger's shared opening and migration code reads it).
+FORMAT = FileFormat("checkpoint store", APPLICATION_ID, _MIGRATIONS)
+SCHEMA_VERSION = FORMAT.version
 
 
 def _now_us() -> int:
@@ -108,12 +122,7 @@ class SQLiteCheckpointStore:
             return self._conn
         self._create_file()
         with self._translate():
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
+            conn = connect(self.path, self.busy_timeout, sqlite3.Connection)
             try:
                 self._prepare(conn)
             except BaseException:
@@ -123,52 +132,20 @@ class SQLiteCheckpointStore:
         return conn
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        application_id, version, tables = conn.execute(
-            "SELECT (SELECT application_id FROM pragma_application_id()),"
-            " (SELECT user_version FROM pragma_user_version()),"
-            " (SELECT count(*) FROM sqlite_master)"
-        ).fetchone()
-        if application_id != APPLICATION_ID and tables:
-            msg = f"{self.path} is a SQLite database but not an effectguard checkpoint store"
-            raise CheckpointError(msg)
-        if version > SCHEMA_VERSION:
-            msg = (
-                f"checkpoint store {self.path} has schema version {version}, newer than "
-                f"this effectguard supports ({SCHEMA_VERSION}); upgrade effectguard"
-            )
-            raise CheckpointError(msg)
+        found = inspect(conn)
+        problem = refusal(self.path, FORMAT, found)
+        if problem is not None:
+            raise CheckpointError(problem)
         enable_wal(conn, self.busy_timeout)
         conn.execute("PRAGMA synchronous = FULL")
-        if application_id == APPLICATION_ID:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        if not current(FORMAT, found):
+            migrate(conn, FORMAT)
 
     def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:
             conn = self._connection()
             with self._translate():
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    result = work(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    with contextlib.suppress(sqlite3.Error):
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
-                    raise
-            return result
+                return write_transaction(conn, work)
 
     def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         with self._lock:

@@ -1,0 +1,69 @@
+"""The ledger file's format, as data: its application id, its schema, its migrations.
+
+Opening, checking and migrating a file by a format is written once, in
+:mod:`effectguard.ledger.sqlite.connection`, for the ledger and the runtime's
+checkpoint store alike.
+"""
+
+from __future__ import annotations
+
+from effectguard.ledger.sqlite.connection import FileFormat
+
+__all__ = ["APPLICATION_ID", "FORMAT", "MIGRATIONS", "SCHEMA_VERSION"]
+
+#: ``PRAGMA application_id`` of every effectguard ledger file ("EGLD").
+APPLICATION_ID = 0x45474C44
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: operations and their hash-chained events.
+    """
+    CREATE TABLE operations (
+        operation_id TEXT PRIMARY KEY,
+        contract TEXT NOT NULL,
+        contract_version INTEGER NOT NULL,
+        fingerprint TEXT NOT NULL,
+        provider_key TEXT,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL,
+        attempt_budget INTEGER NOT NULL,
+        arguments TEXT NOT NULL,
+        output TEXT,
+        provider_operation_id TEXT,
+        reason TEXT,
+        evidence TEXT,
+        lease_token TEXT,
+        lease_owner TEXT,
+        lease_expires_us INTEGER,
+        overlap TEXT,
+        created_us INTEGER NOT NULL,
+        updated_us INTEGER NOT NULL,
+        first_dispatched_us INTEGER NOT NULL,
+        event_count INTEGER NOT NULL,
+        event_head BLOB NOT NULL
+    );
+    CREATE TABLE events (
+        operation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        from_status TEXT,
+        to_status TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        at_us INTEGER NOT NULL,
+        evidence TEXT,
+        hash BLOB NOT NULL,
+        PRIMARY KEY (operation_id, seq)
+    ) WITHOUT ROWID;
+    """,
+    # 2: operator listings by status or contract stay fast on large ledgers.
+    """
+    CREATE INDEX operations_by_status ON operations (status, updated_us);
+    CREATE INDEX operations_by_contract ON operations (contract, updated_us);
+    CREATE INDEX operations_by_update ON operations (updated_us);
+    """,
+)
+
+#: The schema version this library writes; older files are migrated forward on open.
+SCHEMA_VERSION = len(MIGRATIONS)
+
+#: The ledger's file format (the shared opening and migration code reads it).
+FORMAT = FileFormat("ledger", APPLICATION_ID, MIGRATIONS)
