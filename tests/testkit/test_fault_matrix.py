@@ -78,3 +78,42 @@ def test_episodes_must_be_positive():
     """Zero episodes is a ValueError, not an empty success."""
     with pytest.raises(ValueError, match="episodes must be >= 1"):
         run_matrix(0, 7)
+
+
+@pytest.fixture(scope="module")
+def replaced_report() -> MatrixReport:
+    """60 episodes from seed 7: eight move the ledger file away, at both points, both ways."""
+    return run_matrix(60, 7)
+
+
+def test_ledger_replaced_episodes_are_refused_then_complete_exactly_once(replaced_report):
+    """A moved-away or replaced ledger file refuses both calls; restored, one effect each."""
+    row = replaced_report.ledger_replaced
+    assert row.episodes == 8
+    assert row.refused == 16
+    assert row.duplicate_effects == row.lost_confirmations == row.needlessly_quarantined == 0
+    replaced = [r for r in replaced_report.results if r.spec.ledger_replaced != "none"]
+    assert {(r.spec.ledger_replaced.value, r.spec.replaced_by_empty) for r in replaced} == {
+        ("before-claim", True),
+        ("before-claim", False),
+        ("between-claim-and-outcome", True),
+        ("between-claim-and-outcome", False),
+    }
+    for result in replaced:
+        assert result.refused == 2
+        assert result.dispatched_when_refused == 0  # the provider saw no request from it
+        assert result.committed == 1  # counted by the fake provider after the restore
+        assert result.final_status in ("CONFIRMED", "QUARANTINED")
+    assert "  ledger-replaced" in replaced_report.table()
+    assert replaced_report.to_json()["ledger_replaced"]["refused"] == 16
+    assert replaced_report.ok
+
+
+def test_a_process_that_ignores_the_refusal_is_caught_at_the_provider():
+    """Reopening the path and carrying on dispatches again: duplicates, and the report fails."""
+    broken = run_matrix(60, 7, ignore_ledger_refusal=True)
+    assert broken.ledger_replaced.duplicate_effects > 0
+    assert any(r.dispatched_when_refused for r in broken.results)
+    assert not broken.ok
+    honest = [r for r in broken.results if r.spec.ledger_replaced == "none"]
+    assert all(r.duplicates == 0 for r in honest)

@@ -16,6 +16,11 @@ A *destination unreachable* episode refuses the connection for its first
 ``unreachable`` attempts (nothing is sent), then the destination is back: it
 must end CONFIRMED with one effect and no quarantine, however many calls the
 outage spans.
+
+A *ledger replaced* episode moves the ledger file away (or replaces it with
+an empty ledger) before the claim or while the first request is out, calls
+again from the same process, then restores the file: see
+:mod:`~effectguard.testkit.matrix.replaced`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.matrix.child import ChildRun, ChildRunner
 from effectguard.testkit.matrix.kinds import ContractKind, Service, Setup, build_setup
+from effectguard.testkit.matrix.replaced import ReplacePoint, play
 
 __all__ = ["CrashPoint", "EpisodeContext", "EpisodeResult", "EpisodeSpec", "draw", "run"]
 
@@ -53,6 +59,8 @@ _FAULTS = (Fault.NONE, Fault.FAIL_BEFORE_COMMIT, Fault.LOSE_ACK, Fault.PENDING)
 _FAULT_WEIGHTS = (40, 20, 25, 15)
 #: The share of episodes whose destination is unreachable for their first attempts.
 _UNREACHABLE_SHARE = 0.15
+#: The share of the other episodes (no crash, destination reachable) whose ledger file is replaced.
+_REPLACED_SHARE = 0.25
 _KILLS = frozenset({Fault.CRASH_BEFORE_COMMIT, Fault.CRASH_AFTER_COMMIT})
 _SETTLED = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED, EffectStatus.QUARANTINED})
 
@@ -91,6 +99,8 @@ class EpisodeSpec:
     pending_probes: int
     visible_after_reads: int
     unreachable: int = 0
+    ledger_replaced: ReplacePoint = ReplacePoint.NONE
+    replaced_by_empty: bool = False
 
     @property
     def subject(self) -> str:
@@ -117,6 +127,10 @@ def draw(number: int, rng: random.Random) -> EpisodeSpec:
         faults = [Fault.UNREACHABLE] * unreachable + [Fault.NONE] * (
             PLANNED_ATTEMPTS - unreachable
         )
+    replaced, by_empty = ReplacePoint.NONE, False
+    if crash is CrashPoint.NONE and not unreachable and rng.random() < _REPLACED_SHARE:
+        replaced = rng.choice([ReplacePoint.BEFORE_CLAIM, ReplacePoint.BEFORE_OUTCOME])
+        by_empty = rng.random() < 0.5  # noqa: PLR2004 - moved away or replaced, evenly
     return EpisodeSpec(
         number=number,
         kind=kind,
@@ -126,6 +140,8 @@ def draw(number: int, rng: random.Random) -> EpisodeSpec:
         pending_probes=rng.randint(1, 2),
         visible_after_reads=rng.randint(1, 3),
         unreachable=unreachable,
+        ledger_replaced=replaced,
+        replaced_by_empty=by_empty,
     )
 
 
@@ -141,6 +157,10 @@ class EpisodeResult:
     killed: bool
     lost_confirmation: bool
     needless_quarantine: bool
+    refused: int = 0
+    """Calls the ledger refused while its file was moved away or replaced."""
+    dispatched_when_refused: int = 0
+    """Provider requests sent while the ledger file was gone, beyond one in flight (must be 0)."""
 
     @property
     def duplicates(self) -> int:
@@ -156,6 +176,8 @@ class EpisodeResult:
             "faults": [fault.value for fault in self.spec.faults],
             "crash": self.spec.crash.value,
             "unreachable": self.spec.unreachable,
+            "ledger_replaced": self.spec.ledger_replaced.value,
+            "replaced_by_empty": self.spec.replaced_by_empty,
             "final_status": self.final_status,
             "attempts": self.attempts,
             "calls": self.calls,
@@ -164,6 +186,8 @@ class EpisodeResult:
             "killed": self.killed,
             "lost_confirmation": self.lost_confirmation,
             "needless_quarantine": self.needless_quarantine,
+            "refused": self.refused,
+            "dispatched_when_refused": self.dispatched_when_refused,
         }
 
 
@@ -177,6 +201,7 @@ class EpisodeContext:
     workdir: Path
     broken_contract: bool = False
     jitter: Jitter = field(default_factory=lambda: seeded_jitter(0))
+    ignore_ledger_refusal: bool = False
 
     @property
     def executor(self) -> EffectExecutor:
@@ -228,6 +253,17 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
         calls, killed = 1, ended.killed
     elif spec.crash is CrashPoint.STALL:
         calls = _stall(setup, context)
+    refused = stray = 0
+    if spec.ledger_replaced is not ReplacePoint.NONE:
+        aside = context.workdir / f"aside-{spec.number:05d}"
+        away = play(
+            spec.ledger_replaced,
+            by_empty=spec.replaced_by_empty,
+            setup=setup,
+            context=context,
+            aside=aside,
+        )
+        calls, refused, stray = away.calls, away.refused, away.dispatched_when_refused
     executor = context.executor
     operation_id = setup.operation_id
     while calls < MAX_CALLS:
@@ -253,6 +289,8 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
         killed=killed,
         lost_confirmation=record.status is EffectStatus.CONFIRMED and committed == 0,
         needless_quarantine=needless,
+        refused=refused,
+        dispatched_when_refused=stray,
     )
 
 

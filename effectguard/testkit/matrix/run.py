@@ -13,7 +13,9 @@ The report counts, per contract kind and in total:
   attempts were left for a retry its NOT_COMMITTED would allow);
 - ``attempts``: dispatches recorded by the ledger;
 - and, for context, ``confirmed``, ``unresolved`` (still unknown after the
-  call budget: correct when nothing can tell) and ``killed`` (children SIGKILLed).
+  call budget: correct when nothing can tell), ``killed`` (children SIGKILLed)
+  and ``refused`` (calls the ledger refused because its file was moved away or
+  replaced; a request such a call sent to the provider fails the report).
 
 The same seed gives the same report: episodes are drawn from it, the clock is
 moved by hand, and the report holds no timings or paths.
@@ -36,6 +38,7 @@ from effectguard.testkit.matrix import episode as _episode
 from effectguard.testkit.matrix.child import ChildRunner
 from effectguard.testkit.matrix.episode import CrashPoint, EpisodeContext, EpisodeResult
 from effectguard.testkit.matrix.kinds import ContractKind
+from effectguard.testkit.matrix.replaced import ReplacePoint
 
 __all__ = ["CrashPoint", "MatrixReport", "Metrics", "run_matrix"]
 
@@ -52,6 +55,7 @@ _COLUMNS = (
     ("lost", "lost_confirmations"),
     ("attempts", "attempts"),
     ("killed", "killed"),
+    ("refused", "refused"),
 )
 
 
@@ -68,6 +72,7 @@ class Metrics:
     lost_confirmations: int = 0
     attempts: int = 0
     killed: int = 0
+    refused: int = 0
 
     def add(self, result: EpisodeResult) -> None:
         """Count one episode."""
@@ -85,6 +90,7 @@ class Metrics:
         self.lost_confirmations += result.lost_confirmation
         self.attempts += result.attempts
         self.killed += result.killed
+        self.refused += result.refused
 
     def to_json(self) -> dict[str, int]:
         """Return the counts by name."""
@@ -104,20 +110,28 @@ class MatrixReport:
     ledger_verified: bool = True
     unreachable: Metrics = field(default_factory=Metrics)
     """The episodes whose destination refused their first attempts (nothing sent)."""
+    ledger_replaced: Metrics = field(default_factory=Metrics)
+    """The episodes whose ledger file was moved away or replaced, then restored."""
+    ignore_ledger_refusal: bool = False
 
     @property
     def ok(self) -> bool:
-        """True when no effect was duplicated, none lost, and the ledger's chains verify."""
+        """True when no effect was duplicated or lost, no refused call sent, chains verify."""
         return (
             self.total.duplicate_effects == 0
             and self.total.lost_confirmations == 0
+            and not any(r.dispatched_when_refused for r in self.results)
             and self.ledger_verified
         )
 
     @property
     def failed_episodes(self) -> int:
-        """Episodes that duplicated an effect or lost a confirmation."""
-        return sum(1 for r in self.results if r.duplicates or r.lost_confirmation)
+        """Episodes that duplicated an effect, lost a confirmation or dispatched when refused."""
+        return sum(
+            1
+            for r in self.results
+            if r.duplicates or r.lost_confirmation or r.dispatched_when_refused
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON report: identical for identical seeds and options."""
@@ -133,6 +147,7 @@ class MatrixReport:
                 name: metrics.to_json() for name, metrics in self.crash_points.items()
             },
             "destination_unreachable": self.unreachable.to_json(),
+            "ledger_replaced": self.ledger_replaced.to_json(),
             "episode_results": [result.to_json() for result in self.results],
         }
 
@@ -143,6 +158,7 @@ class MatrixReport:
             ("total", self.total),
             *((f"  {name}", metrics) for name, metrics in self.crash_points.items()),
             ("  destination-unreachable", self.unreachable),
+            ("  ledger-replaced", self.ledger_replaced),
         ]
         width = max(len(name) for name, _ in rows)
         header = "kind".ljust(width) + "".join(f"  {title:>10}" for title, _ in _COLUMNS)
@@ -160,13 +176,17 @@ def run_matrix(
     seed: int,
     *,
     broken_contract: bool = False,
+    ignore_ledger_refusal: bool = False,
     progress: Callable[[int], None] | None = None,
 ) -> MatrixReport:
     """Run ``episodes`` episodes drawn from ``seed`` and count what the providers committed.
 
     ``broken_contract`` makes the guaranteed-key contract send a new key on
     every request while still declaring the guarantee, which the matrix must
-    catch as duplicate effects. ``progress`` is called with 1 after each episode.
+    catch as duplicate effects. ``ignore_ledger_refusal`` makes a process whose
+    ledger file was moved away or replaced answer the refusal the wrong way, by
+    opening the path again and executing there, which the matrix must catch at
+    the provider. ``progress`` is called with 1 after each episode.
     """
     if episodes < 1:
         msg = f"episodes must be >= 1, not {episodes!r}"
@@ -183,7 +203,13 @@ def run_matrix(
         ledger = SQLiteEffectLedger(workdir / "ledger.db", clock=clock)
         try:
             context = EpisodeContext(
-                ledger, clock, children, workdir, broken_contract, seeded_jitter(seed)
+                ledger,
+                clock,
+                children,
+                workdir,
+                broken_contract,
+                seeded_jitter(seed),
+                ignore_ledger_refusal=ignore_ledger_refusal,
             )
             for spec in specs:
                 results.append(_episode.run(spec, context))
@@ -195,10 +221,12 @@ def run_matrix(
     total = Metrics()
     kinds = {kind.value: Metrics() for kind in ContractKind}
     crash_points = {point.value: Metrics() for point in CrashPoint}
-    unreachable = Metrics()
+    unreachable, replaced = Metrics(), Metrics()
     for result in results:
         if result.spec.unreachable:
             unreachable.add(result)
+        if result.spec.ledger_replaced is not ReplacePoint.NONE:
+            replaced.add(result)
         total.add(result)
         kinds[result.spec.kind.value].add(result)
         crash_points[result.spec.crash.value].add(result)
@@ -211,4 +239,6 @@ def run_matrix(
         results=tuple(results),
         ledger_verified=verified,
         unreachable=unreachable,
+        ledger_replaced=replaced,
+        ignore_ledger_refusal=ignore_ledger_refusal,
     )
