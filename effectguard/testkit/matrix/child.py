@@ -3,7 +3,7 @@
 The child opens its own handles on the file-backed ledger and provider, so
 nothing it leaves behind is simulated: a claim it committed, a provider effect
 it committed, a lease whose owner is gone. Children are forked by a helper
-interpreter (``python -m effectguard.testkit.matrix.child``) that has imported the
+interpreter (``python -m effectguard.testkit.matrix.helper``) that has imported the
 library but opened no database: SQLite connections, and SQLite's per-process
 lock tables, must never cross ``fork()``, and forking from the helper is far
 faster than starting an interpreter per child. The helper speaks one JSON line
@@ -33,7 +33,7 @@ from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.matrix.kinds import ContractKind, Service, build_setup
 
-__all__ = ["ChildExit", "ChildRun", "ChildRunner", "run_child"]
+__all__ = ["ChildExit", "ChildRun", "ChildRunner", "run_child", "serve"]
 
 _FAILED = 3
 _TIMED_OUT = "timed out"
@@ -113,8 +113,8 @@ class ChildRunner:
         if not hasattr(os, "fork"):
             msg = "crash runs need os.fork() (a POSIX system)"
             raise RuntimeError(msg)
-        self._helper = subprocess.Popen(  # noqa: S603 - our own module, by the running interpreter
-            [sys.executable, "-m", __name__],
+        self._helper = subprocess.Popen(
+            [sys.executable, "-m", "effectguard.testkit.matrix.helper"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -249,7 +249,7 @@ def _wait(pid: int, timeout: float) -> int | str:
         time.sleep(0.001)
 
 
-def _serve() -> None:
+def serve() -> None:
     """The helper: for each request line, fork a child, reap it, answer its exit code."""
     for line in sys.stdin:
         request = json.loads(line)
@@ -260,7 +260,3 @@ def _serve() -> None:
         exitcode = _wait(pid, float(request["timeout"]))
         sys.stdout.write(json.dumps({"exitcode": exitcode}) + "\n")
         sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    _serve()
