@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -158,53 +158,72 @@ def configure(
             "or executor="
         )
         raise ConfigurationError(msg)
-    owns_ledger = False
     if executor is not None:
-        if not isinstance(executor, EffectExecutor):
-            msg = f"executor must be an EffectExecutor, not {type(executor).__name__}"
-            raise TypeError(msg)
         given = {"clock": clock, "wait_for_peer": wait_for_peer, **waits}
-        named = [name for name, value in given.items() if value is not None]
-        if named:
-            msg = (
-                f"configure({'=..., '.join(named)}=...) applies to the executor made for "
-                "ledger=; give it to yours"
-            )
-            raise ConfigurationError(msg)
+        _refuse_executor_options(executor, given)
+        owns_ledger = False
     else:
         if ledger is None:
             msg = "configure() got neither ledger= nor executor= past its check"
             raise InternalError(msg)
-        # Checked before the ledger is opened, which may create its file.
-        problems = [
-            problem
-            for name, value in {"wait_for_peer": wait_for_peer, **waits}.items()
-            if (problem := seconds_problem(name, value, zero_ok=True, optional=True)) is not None
-        ]
-        if problems:
-            msg = "configure(): " + "; ".join(problems)
-            raise ConfigurationError(msg)
-        owns_ledger = not isinstance(ledger, EffectLedger)
-        opened = open_ledger(ledger)
-        try:
-            executor = EffectExecutor(
-                opened,
-                clock=clock,
-                wait_for_peer=wait_for_peer,
-                retry_wait_initial=_or(retry_wait_initial, DEFAULT_RETRY_WAIT_INITIAL),
-                retry_wait_max=_or(retry_wait_max, DEFAULT_RETRY_WAIT_MAX),
-                deadline=_or(deadline, DEFAULT_DEADLINE),
-            )
-        except ValueError as exc:
-            if owns_ledger:
-                opened.close()
-            msg = f"configure(): {exc}"
-            raise ConfigurationError(msg) from exc
+        executor, owns_ledger = _executor_for(ledger, clock, wait_for_peer, waits)
     configuration = Configuration(executor, owns_ledger=owns_ledger)
     with _lock:
         _stack.append(configuration)
         _default = executor
     return configuration
+
+
+def _refuse_executor_options(executor: EffectExecutor, given: Mapping[str, object]) -> None:
+    """Refuse a ready ``executor`` that is not one, or options meant for one made here."""
+    if not isinstance(executor, EffectExecutor):
+        msg = f"executor must be an EffectExecutor, not {type(executor).__name__}"
+        raise TypeError(msg)
+    named = [name for name, value in given.items() if value is not None]
+    if named:
+        msg = (
+            f"configure({'=..., '.join(named)}=...) applies to the executor made for "
+            "ledger=; give it to yours"
+        )
+        raise ConfigurationError(msg)
+
+
+def _executor_for(
+    ledger: str | os.PathLike[str] | EffectLedger,
+    clock: Callable[[], float] | None,
+    wait_for_peer: float | None,
+    waits: Mapping[str, float | None],
+) -> tuple[EffectExecutor, bool]:
+    """Open ``ledger`` and make its executor; also whether :func:`configure` owns the ledger.
+
+    Raises :class:`ConfigurationError` for a bad wait before the ledger is opened
+    (which may create its file), and closes a ledger it opened if the executor refuses.
+    """
+    problems = [
+        problem
+        for name, value in {"wait_for_peer": wait_for_peer, **waits}.items()
+        if (problem := seconds_problem(name, value, zero_ok=True, optional=True)) is not None
+    ]
+    if problems:
+        msg = "configure(): " + "; ".join(problems)
+        raise ConfigurationError(msg)
+    owns_ledger = not isinstance(ledger, EffectLedger)
+    opened = open_ledger(ledger)
+    try:
+        executor = EffectExecutor(
+            opened,
+            clock=clock,
+            wait_for_peer=wait_for_peer,
+            retry_wait_initial=_or(waits["retry_wait_initial"], DEFAULT_RETRY_WAIT_INITIAL),
+            retry_wait_max=_or(waits["retry_wait_max"], DEFAULT_RETRY_WAIT_MAX),
+            deadline=_or(waits["deadline"], DEFAULT_DEADLINE),
+        )
+    except ValueError as exc:
+        if owns_ledger:
+            opened.close()
+        msg = f"configure(): {exc}"
+        raise ConfigurationError(msg) from exc
+    return executor, owns_ledger
 
 
 def _or(value: float | None, default: float) -> float:

@@ -3,30 +3,18 @@
 The rules live once, in :class:`~effectguard.executor.machine.StateMachine`, a generator
 that yields the I/O it needs (a ledger call, the handler, the probe, a pause).
 Two thin drivers perform those steps: :meth:`EffectExecutor.execute` directly,
-and :meth:`EffectExecutor.execute_async` with ledger I/O kept off the event loop.
+and :meth:`EffectExecutor.execute_async` with ledger I/O kept off the event loop;
+both hand each step to :class:`~effectguard.executor.performing.StepPerformer`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
 import inspect
-import threading
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from effectguard.contract import EffectContract, seconds_problem
-from effectguard.errors import (
-    ConfigurationError,
-    EffectNotSent,
-    InternalError,
-    InvalidRequestError,
-)
-from effectguard.executor import handler as _handler
-from effectguard.executor.handler import HandlerOutcome, Outcome
-from effectguard.executor.lease import TOKENS
+from effectguard.errors import ConfigurationError, InvalidRequestError
 from effectguard.executor.logs import log_transition
 from effectguard.executor.machine import StateMachine
 from effectguard.executor.observe import Observer, context_observers
@@ -38,11 +26,12 @@ from effectguard.executor.pacing import (
     Pacing,
     full_jitter,
 )
+from effectguard.executor.performing import StepPerformer
 from effectguard.executor.redaction import secrets_of
-from effectguard.executor.steps import Call, HandlerStep, LedgerStep, PauseStep, ProbeStep, Step
+from effectguard.executor.steps import Call
 from effectguard.fingerprint import check_json_value, request_fingerprint
 from effectguard.ledger.protocol import EffectLedger
-from effectguard.model import EffectResult, OutcomeProbeResult
+from effectguard.model import EffectResult
 
 __all__ = ["EffectExecutor", "Handler"]
 
@@ -107,8 +96,8 @@ class EffectExecutor:
         self._check_pacing()
         self._clock = clock
         advance = getattr(clock, "advance", None)
-        self._advance: Callable[[float], None] | None = advance if callable(advance) else None
         self._states = StateMachine(ledger, clock, poll_interval)
+        self._performer = StepPerformer(self._states, advance if callable(advance) else None)
         self._observers: tuple[Observer, ...] = ()
         for observer in observers:
             self.add_observer(observer)
@@ -184,7 +173,7 @@ class EffectExecutor:
                 return result
             error = None
             try:
-                value = self._perform(call, step)
+                value = self._performer.perform(call, step)
             except BaseException as exc:  # noqa: BLE001 - handed to the machine, which re-raises
                 value, error = None, exc
 
@@ -215,129 +204,9 @@ class EffectExecutor:
                 return result
             error = None
             try:
-                value = await self._perform_async(call, step)
+                value = await self._performer.perform_async(call, step)
             except BaseException as exc:  # noqa: BLE001 - handed to the machine, which re-raises
                 value, error = None, exc
-
-    # -- step performers -------------------------------------------------------------
-
-    def _perform(self, call: Call, step: Step) -> Any:
-        if isinstance(step, LedgerStep):
-            return step.run()
-        if isinstance(step, HandlerStep):
-            return self._call_handler(call, step)
-        if isinstance(step, ProbeStep):
-            return self._call_probe(call)
-        if not self._advanced(step):
-            time.sleep(step.seconds)
-        return None
-
-    def _advanced(self, step: PauseStep) -> bool:
-        """Advance an injected manual clock by a backoff wait instead of sleeping it."""
-        if step.backoff and self._advance is not None:
-            self._advance(step.seconds)
-            return True
-        return False
-
-    async def _perform_async(self, call: Call, step: Step) -> Any:
-        if isinstance(step, LedgerStep):
-            return await asyncio.to_thread(step.run)
-        if isinstance(step, HandlerStep):
-            return await self._call_handler_async(call, step)
-        if isinstance(step, ProbeStep):
-            probe = call.contract.outcome_probe
-            if inspect.iscoroutinefunction(probe):
-                outcome = await _handler.call_async(
-                    lambda: probe(call.arguments, idempotency_key=call.provider_key),
-                    call.contract.handler_timeout,
-                )
-                return self._probe_outcome(outcome)
-            return await asyncio.to_thread(self._call_probe, call)
-        if not self._advanced(step):
-            await asyncio.sleep(step.seconds)
-        return None
-
-    def _call_handler(self, call: Call, step: HandlerStep) -> HandlerOutcome:
-        def invoke() -> Any:
-            with _not_sent_on(call):
-                return call.handler(call.arguments, idempotency_key=call.provider_key)
-
-        timeout = call.contract.handler_timeout
-        if timeout is None:
-            return _handler.classify(invoke)
-        TOKENS.hold(step.token)  # the handler's thread keeps the token active until it ends
-        outcome = _handler.call_in_thread(
-            invoke,
-            timeout,
-            functools.partial(self._record_late_and_release, call, step),
-            name=f"effectguard-handler-{call.operation_id}",
-        )
-        if not outcome.still_running:
-            TOKENS.release(step.token)
-        return outcome
-
-    async def _call_handler_async(self, call: Call, step: HandlerStep) -> HandlerOutcome:
-        # The token stays active for as long as the handler may run, which can outlast
-        # this call (a deadline, a cancelled caller): only then is the lease provably idle.
-        TOKENS.hold(step.token)
-        late = functools.partial(self._record_late_and_release, call, step)
-        if inspect.iscoroutinefunction(call.handler):
-            outcome = await _handler.call_async(
-                lambda: _await_not_sent_on(call),
-                call.contract.handler_timeout,
-                lambda ended: _in_thread(late, ended),
-            )
-        else:
-
-            def invoke() -> Any:
-                with _not_sent_on(call):
-                    return call.handler(call.arguments, idempotency_key=call.provider_key)
-
-            outcome = await _handler.call_thread_async(
-                invoke,
-                call.contract.handler_timeout,
-                late,
-                name=f"effectguard-handler-{call.operation_id}",
-            )
-        if not outcome.still_running:
-            TOKENS.release(step.token)
-        return outcome
-
-    def _record_late_and_release(
-        self, call: Call, step: HandlerStep, outcome: HandlerOutcome
-    ) -> None:
-        try:
-            self._states.record_late(call, step.token, step.attempt, outcome)
-        finally:
-            TOKENS.release(step.token)
-
-    def _call_probe(self, call: Call) -> OutcomeProbeResult:
-        probe = call.contract.outcome_probe
-        if probe is None:
-            msg = f"a probe step for {call.operation_id!r}, whose contract has no probe"
-            raise InternalError(msg)
-
-        def invoke() -> Any:
-            value = probe(call.arguments, idempotency_key=call.provider_key)
-            if inspect.isawaitable(value):
-                return asyncio.run(_await(value))
-            return value
-
-        timeout = call.contract.handler_timeout
-        if timeout is None:
-            return self._probe_outcome(_handler.classify(invoke))
-        outcome = _handler.call_in_thread(
-            invoke, timeout, lambda _: None, name=f"effectguard-probe-{call.operation_id}"
-        )
-        return self._probe_outcome(outcome)
-
-    @staticmethod
-    def _probe_outcome(outcome: HandlerOutcome) -> OutcomeProbeResult:
-        if outcome.kind is Outcome.RETURNED:
-            return _handler.probe_result(outcome.value)
-        if outcome.kind is Outcome.INTERRUPTED and outcome.error is not None:
-            raise outcome.error
-        return OutcomeProbeResult.unknown({"probe_error": outcome.describe()})
 
     def _prepare(
         self,
@@ -415,30 +284,3 @@ def _check_options(**seconds: float | None) -> None:
     if problems:
         msg = "EffectExecutor(): " + "; ".join(problems)
         raise ConfigurationError(msg)
-
-
-async def _await(value: Any) -> Any:
-    return await value
-
-
-@contextlib.contextmanager
-def _not_sent_on(call: Call) -> Iterator[None]:
-    """Turn an exception the contract names in ``not_sent_on`` into :class:`EffectNotSent`."""
-    kinds = call.contract.not_sent_on
-    try:
-        yield
-    except kinds as exc:
-        reason = f"the request was not sent ({type(exc).__name__}: {exc})"
-        raise EffectNotSent(reason, evidence={"error": type(exc).__name__}) from exc
-
-
-async def _await_not_sent_on(call: Call) -> Any:
-    with _not_sent_on(call):
-        return await call.handler(call.arguments, idempotency_key=call.provider_key)
-
-
-def _in_thread(work: Callable[[HandlerOutcome], None], outcome: HandlerOutcome) -> None:
-    """Run ``work(outcome)`` in a daemon thread: ledger I/O never blocks the event loop."""
-    threading.Thread(
-        target=work, args=(outcome,), name="effectguard-late-result", daemon=True
-    ).start()

@@ -52,34 +52,7 @@ def record_late(
         if record is None:
             return
         status = record.status.value
-        # One lease token serves every attempt of a call: only this attempt has ended.
-        remaining = tuple(h for h in record.overlap if (h.token, h.attempt) != (token, attempt))
-        evidence: dict[str, Any] = {
-            "attempt": attempt,
-            "handler": scrub(outcome.describe(), secrets),
-        }
-        if isinstance(stored, Stored) and not record.status.terminal:
-            # An output that cannot be stored confirms too: the handler returned.
-            evidence = stored.evidence(evidence)
-            late = f"the handler of attempt {attempt} returned after its deadline"
-            changes, event = to_confirmed(
-                record.status,
-                attempt,
-                output_json=stored.json,
-                provider_operation_id=stored.provider_operation_id,
-                reason=f"{late}; {stored.note}" if stored.note else late,
-                evidence=evidence,
-                event=EventType.LATE_RESULT,
-            )
-        else:
-            if isinstance(stored, str):
-                evidence["unconfirmable"] = scrub(stored, secrets)
-            if isinstance(stored, Stored) and record.status is EffectStatus.CONFIRMED:
-                evidence["matches_confirmed_output"] = stored.json == record.output_json
-            changes = Changes(record.status, overlap=remaining)
-            event = EventDraft(
-                EventType.LATE_RESULT, record.status, record.status, attempt, evidence
-            )
+        changes, event = _late_write(record, stored, token, attempt, outcome, secrets)
         # The output and the not-stored marker are user text too, as is the reason quoting it.
         changes, (event,) = scrub_write(secrets, changes, (event,))
         try:
@@ -102,4 +75,48 @@ def record_late(
         attempt,
         scrub(outcome.describe(), secrets),
         extra={"operation_id": operation_id, "contract": contract.name, "status": status},
+    )
+
+
+def _late_write(
+    record: OperationRecord,
+    stored: Stored | str | None,
+    token: str,
+    attempt: int,
+    outcome: HandlerOutcome,
+    secrets: tuple[str, ...],
+) -> tuple[Changes, EventDraft]:
+    """The write a late ``outcome`` makes to ``record``: a confirmation, or evidence only.
+
+    Only an output that can be confirmed (``stored``) on an operation not yet
+    terminal confirms; otherwise the status stays and this attempt's overlap
+    risk is cleared. ``secrets`` are masked in the handler's text and in why an
+    output is unconfirmable; the caller masks the rest of the write.
+    """
+    evidence: dict[str, Any] = {
+        "attempt": attempt,
+        "handler": scrub(outcome.describe(), secrets),
+    }
+    if isinstance(stored, Stored) and not record.status.terminal:
+        # An output that cannot be stored confirms too: the handler returned.
+        evidence = stored.evidence(evidence)
+        late = f"the handler of attempt {attempt} returned after its deadline"
+        return to_confirmed(
+            record.status,
+            attempt,
+            output_json=stored.json,
+            provider_operation_id=stored.provider_operation_id,
+            reason=f"{late}; {stored.note}" if stored.note else late,
+            evidence=evidence,
+            event=EventType.LATE_RESULT,
+        )
+    if isinstance(stored, str):
+        evidence["unconfirmable"] = scrub(stored, secrets)
+    if isinstance(stored, Stored) and record.status is EffectStatus.CONFIRMED:
+        evidence["matches_confirmed_output"] = stored.json == record.output_json
+    # One lease token serves every attempt of a call: only this attempt has ended.
+    remaining = tuple(h for h in record.overlap if (h.token, h.attempt) != (token, attempt))
+    changes = Changes(record.status, overlap=remaining)
+    return changes, EventDraft(
+        EventType.LATE_RESULT, record.status, record.status, attempt, evidence
     )

@@ -207,6 +207,40 @@ class UnreadableEvent:
     error: str
 
 
+def _event_problems(
+    operation_id: str,
+    event: EffectEvent | UnreadableEvent,
+    expected_seq: int,
+    previous: bytes | None,
+) -> list[VerifyProblem]:
+    """Return what breaks the chain at ``event``: its number, readability and hash.
+
+    It is expected as number ``expected_seq``, hashed onto ``previous``.
+    """
+    problems: list[VerifyProblem] = []
+    if event.seq != expected_seq:
+        problems.append(
+            VerifyProblem(
+                operation_id, event.seq, f"event {expected_seq} is missing or out of order"
+            )
+        )
+    if isinstance(event, UnreadableEvent):
+        problems.append(
+            VerifyProblem(operation_id, event.seq, f"event cannot be read: {event.error}")
+        )
+    elif event.operation_id != operation_id or (
+        chain_hash(previous, event_document(event)) != event.hash
+    ):
+        problems.append(
+            VerifyProblem(
+                operation_id,
+                event.seq,
+                "event hash does not match its contents and predecessor (edited or reordered)",
+            )
+        )
+    return problems
+
+
 def check(
     operation_id: str,
     event_count: int,
@@ -229,29 +263,10 @@ def check(
     for event in events:
         seen += 1
         last = event
-        if event.seq != expected_seq:
-            problems.append(
-                VerifyProblem(
-                    operation_id, event.seq, f"event {expected_seq} is missing or out of order"
-                )
-            )
-            expected_seq = event.seq
-        if isinstance(event, UnreadableEvent):
-            problems.append(
-                VerifyProblem(operation_id, event.seq, f"event cannot be read: {event.error}")
-            )
-        elif event.operation_id != operation_id or (
-            chain_hash(previous, event_document(event)) != event.hash
-        ):
-            problems.append(
-                VerifyProblem(
-                    operation_id,
-                    event.seq,
-                    "event hash does not match its contents and predecessor (edited or reordered)",
-                )
-            )
+        problems.extend(_event_problems(operation_id, event, expected_seq, previous))
+        # A gap is reported once: the events after it are numbered from this one.
+        expected_seq = event.seq + 1
         previous = event.hash
-        expected_seq += 1
     if seen != event_count:
         problems.append(
             VerifyProblem(

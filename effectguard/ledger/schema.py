@@ -19,25 +19,15 @@ Driver-free: every value is already what the driver returns or accepts.
 from __future__ import annotations
 
 import dataclasses
-import enum
-import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
-from effectguard.fingerprint import canonical_json
 from effectguard.ledger import chain
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, NewOperation
-from effectguard.model import (
-    EffectEvent,
-    EffectStatus,
-    EventType,
-    LeaseOwner,
-    OperationRecord,
-    OverlapHolder,
-)
+from effectguard.ledger.values import Kind, as_utc, dumper, loader, same_micros, status
+from effectguard.model import EffectEvent, EffectStatus, OperationRecord
 
 __all__ = [
     "EVENT_COLUMNS",
@@ -49,21 +39,6 @@ __all__ = [
     "Rows",
     "Version",
 ]
-
-
-class Kind(enum.Enum):
-    """What a column holds, which decides how its value is stored and read back."""
-
-    VALUE = "value"  # text or integer, stored as it is
-    STATUS = "status"  # an EffectStatus (or None), by its value
-    EVENT_TYPE = "event_type"  # an EventType, by its value
-    DOCUMENT = "document"  # a JSON object, as canonical JSON text
-    JSON_TEXT = "json_text"  # JSON text, stored and returned as the very same text
-    EVIDENCE = "evidence"  # a JSON object; empty is stored as NULL
-    OWNER = "owner"  # a LeaseOwner (or None), as canonical JSON text
-    OVERLAP = "overlap"  # a tuple of OverlapHolders; empty is stored as NULL
-    TIME = "time"  # an aware datetime (or None): microseconds, or timestamptz
-    BYTES = "bytes"  # a hash
 
 
 _JSON_KINDS = frozenset({Kind.DOCUMENT, Kind.JSON_TEXT, Kind.EVIDENCE, Kind.OWNER, Kind.OVERLAP})
@@ -151,82 +126,6 @@ _EVENT_ID, _EVENT_SEQ, _EVENT_HASH = (
 )
 
 
-# Rows are read and written on every call: these skip Enum.__call__ and the
-# reparsing of the one lease owner a process writes again and again.
-_STATUSES = {status.value: status for status in EffectStatus}
-_EVENT_TYPES = {kind.value: kind for kind in EventType}
-
-
-def _status(text: str) -> EffectStatus:
-    # An unknown name still raises EffectStatus's own ValueError.
-    return _STATUSES.get(text) or EffectStatus(text)
-
-
-def _event_type(text: str) -> EventType:
-    return _EVENT_TYPES.get(text) or EventType(text)
-
-
-@functools.lru_cache(maxsize=256)
-def _owner(text: str) -> LeaseOwner:
-    return LeaseOwner.from_json(json.loads(text))
-
-
-@functools.lru_cache(maxsize=256)
-def _owner_text(owner: LeaseOwner) -> str:
-    return canonical_json(owner.to_json())
-
-
-def _same(micros: int) -> int:
-    return micros
-
-
-def _utc(value: datetime) -> datetime:
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
-
-
-_Convert = Callable[[Any], Any] | None
-
-
-def _loaders(kind: Kind, load_time: Callable[[Any], datetime]) -> _Convert:
-    """How a stored value of ``kind`` becomes a record's (None: as it is)."""
-    return {
-        Kind.VALUE: None,
-        Kind.JSON_TEXT: None,
-        Kind.STATUS: lambda text: None if text is None else _status(text),
-        Kind.EVENT_TYPE: _event_type,
-        Kind.DOCUMENT: json.loads,
-        Kind.EVIDENCE: lambda text: (None if text is None else json.loads(text)) or {},
-        Kind.OWNER: lambda text: None if text is None else _owner(text),
-        Kind.OVERLAP: lambda text: tuple(
-            OverlapHolder.from_json(item) for item in (json.loads(text) if text else ())
-        ),
-        Kind.TIME: lambda value: None if value is None else load_time(value),
-        Kind.BYTES: bytes,
-    }[kind]
-
-
-def _dumpers(kind: Kind, store_time: Callable[[int], Any]) -> _Convert:
-    """How a record's value of ``kind`` is stored (None: as it is); a time may be micros."""
-    return {
-        Kind.VALUE: None,
-        Kind.JSON_TEXT: None,
-        Kind.STATUS: lambda status: None if status is None else status.value,
-        Kind.EVENT_TYPE: lambda kind: kind.value,
-        Kind.DOCUMENT: canonical_json,
-        Kind.EVIDENCE: lambda value: canonical_json(dict(value)) if value else None,
-        Kind.OWNER: lambda owner: None if owner is None else _owner_text(owner),
-        Kind.OVERLAP: lambda holders: (
-            canonical_json([holder.to_json() for holder in holders]) if holders else None
-        ),
-        Kind.TIME: lambda value: (
-            value
-            if value is None or (type(value) is int and store_time is _same)
-            else store_time(value if type(value) is int else chain.to_micros(value))
-        ),
-        Kind.BYTES: bytes,
-    }[kind]
-
-
 class Version(NamedTuple):
     """What a fenced write checks of a row: its status, lease and event count."""
 
@@ -257,11 +156,11 @@ class Rows:
         self.event_columns = tuple(c.name_in(backend) for c in EVENT_COLUMNS)
         self.store_time = store_time
         self._by_field = {c.field: c.name_in(backend) for c in OPERATION_COLUMNS}
-        self._load = tuple(_loaders(c.kind, load_time) for c in OPERATION_COLUMNS)
-        self._dump = tuple(_dumpers(c.kind, store_time) for c in OPERATION_COLUMNS)
+        self._load = tuple(loader(c.kind, load_time) for c in OPERATION_COLUMNS)
+        self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
-        self._load_event = tuple(_loaders(c.kind, load_time) for c in EVENT_COLUMNS)
-        self._dump_event = tuple(_dumpers(c.kind, store_time) for c in EVENT_COLUMNS)
+        self._load_event = tuple(loader(c.kind, load_time) for c in EVENT_COLUMNS)
+        self._dump_event = tuple(dumper(c.kind, store_time) for c in EVENT_COLUMNS)
         fields = [c.field for c in OPERATION_COLUMNS]
         self._status, self._token, self._expires, self._count = (
             fields.index(name)
@@ -281,7 +180,7 @@ class Rows:
         """Return what a fenced write checks of operation ``row``, its lease judged at ``now``."""
         token, expires = row[self._token], row[self._expires]
         return Version(
-            _status(row[self._status]),
+            status(row[self._status]),
             token,
             token is not None and expires is not None and expires > now,
             row[self._count],
@@ -448,6 +347,6 @@ class Rows:
 
 
 #: SQLite's rows: times as whole microseconds since the epoch.
-SQLITE = Rows("sqlite", store_time=_same, load_time=chain.from_micros)
+SQLITE = Rows("sqlite", store_time=same_micros, load_time=chain.from_micros)
 #: PostgreSQL's rows: times as aware datetimes (``timestamptz``).
-POSTGRES = Rows("postgres", store_time=chain.from_micros, load_time=_utc)
+POSTGRES = Rows("postgres", store_time=chain.from_micros, load_time=as_utc)
