@@ -36,7 +36,7 @@ from typing import Any
 from effectguard.fingerprint import REDACTED, canonical_json
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft
 
-__all__ = ["MASK", "MIN_SUBSTRING", "scrub", "scrub_write", "secrets_of"]
+__all__ = ["MASK", "MIN_SUBSTRING", "mend", "scrub", "scrub_write", "secrets_of"]
 
 #: What a redacted value is replaced with: the marker stored for redacted arguments.
 MASK = REDACTED
@@ -108,20 +108,45 @@ def scrub_write(
 ) -> tuple[Changes, tuple[EventDraft, ...]]:
     """``changes`` and ``events`` with every secret masked in their reason, evidence and output.
 
+    Reasons and evidence are also :func:`mend`-ed, so that no text a handler or
+    probe produced can make the write itself fail.
+
     The stored output is masked too: ``redact=`` means never stored, and every
     caller, the live one included, receives the stored output.
     """
-    if not secrets:
-        return changes, tuple(events)
     updates: dict[str, Any] = {}
     if isinstance(changes.reason, str):
-        updates["reason"] = scrub(changes.reason, secrets)
+        updates["reason"] = mend(scrub(changes.reason, secrets))
     if changes.evidence is not UNSET:
-        updates["evidence"] = scrub(changes.evidence, secrets)
-    if isinstance(changes.output_json, str):
+        updates["evidence"] = mend(scrub(changes.evidence, secrets))
+    if secrets and isinstance(changes.output_json, str):
         output = scrub(json.loads(changes.output_json), secrets)
         updates["output_json"] = canonical_json(output)
     scrubbed = tuple(
-        dataclasses.replace(event, evidence=scrub(event.evidence, secrets)) for event in events
+        dataclasses.replace(event, evidence=mend(scrub(event.evidence, secrets)))
+        for event in events
     )
     return dataclasses.replace(changes, **updates), scrubbed
+
+
+def mend(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings written as a backslash escape.
+
+    An exception's message can hold one (text decoded from bytes with
+    ``surrogateescape``); UTF-8 cannot, so recording the outcome would fail after
+    the handler ran and leave the row DISPATCHED. Only reasons and evidence are
+    mended: an output is the provider's data, stored exactly or not at all.
+    """
+    if isinstance(value, str):
+        if value.isascii():
+            return value
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, Mapping):
+        return {mend(key): mend(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mend(item) for item in value]
+    return value

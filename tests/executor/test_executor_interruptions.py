@@ -371,3 +371,20 @@ def test_an_async_handler_that_fails_before_its_coroutine_exists_is_recorded(led
     assert result.status is EffectStatus.QUARANTINED
     assert not TOKENS.active(record.lease_token or "")
     assert provider.committed() == 0
+
+
+def test_a_lone_surrogate_in_a_handlers_error_is_recorded_not_fatal(ledger):
+    """An exception message UTF-8 cannot encode is stored escaped, never left DISPATCHED."""
+    provider = FakePaymentProvider()
+
+    def handler(arguments, *, idempotency_key):
+        provider.handler(arguments, idempotency_key=idempotency_key)
+        raise ValueError("gateway said b\udcff")  # text decoded with surrogateescape
+
+    result = EffectExecutor(ledger).execute(capture_contract(provider, probe=False), ARGS, handler)
+    record = ledger.get(OPERATION)
+    assert result.status is EffectStatus.QUARANTINED
+    assert record.status is EffectStatus.QUARANTINED
+    unknown = [e for e in ledger.events(OPERATION) if e.type is EventType.OUTCOME_UNKNOWN]
+    assert "gateway said b\\udcff" in unknown[0].evidence["handler"]
+    assert provider.committed() == 1
