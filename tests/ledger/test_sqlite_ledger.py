@@ -83,6 +83,8 @@ def test_an_older_schema_is_migrated_forward_keeping_its_operations(tmp_path):
     conn = sqlite3.connect(path, isolation_level=None)
     for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
         conn.execute(f"DROP INDEX {index}")
+    conn.execute("DROP TABLE claims")
+    conn.execute("ALTER TABLE events DROP COLUMN commits")
     conn.execute("PRAGMA user_version = 1")
     conn.close()
 

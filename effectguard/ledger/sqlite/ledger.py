@@ -30,7 +30,9 @@ from effectguard.errors import (
     LedgerUnavailableError,
     OperationNotFoundError,
 )
+from effectguard.ledger import anchor as anchors
 from effectguard.ledger import bulk, chain
+from effectguard.ledger.anchor import AnchorHead
 from effectguard.ledger.protocol import (
     Changes,
     EventDraft,
@@ -113,7 +115,20 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_by_contract ON operations (contract, updated_us);
     CREATE INDEX operations_by_update ON operations (updated_us);
     """,
+    # 3: events commit to the row fields they set; every claim is anchored ledger-wide
+    # (existing operations are anchored by _anchor_unanchored in the same transaction).
+    """
+    ALTER TABLE events ADD COLUMN commits TEXT;
+    CREATE TABLE claims (
+        seq INTEGER PRIMARY KEY,
+        operation_id TEXT NOT NULL UNIQUE,
+        claim_hash BLOB NOT NULL,
+        running BLOB NOT NULL
+    );
+    """,
 )
+#: The migration that created the claims anchor.
+_ANCHOR_MIGRATION = 3
 
 #: The schema version this library writes; older files are migrated forward on open.
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -134,11 +149,58 @@ _INSERT_EVENT = (
 # A bulk load must fail on an id that is taken, not skip it.
 _INSERT_LOADED = _INSERT_OPERATION.removesuffix(" ON CONFLICT (operation_id) DO NOTHING")
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?"
+_LAST_CLAIM = "SELECT seq, running FROM claims ORDER BY seq DESC LIMIT 1"
+_INSERT_CLAIM = "INSERT INTO claims (seq, operation_id, claim_hash, running) VALUES (?, ?, ?, ?)"
+_UNANCHORED = (
+    "SELECT o.operation_id, e.hash FROM operations AS o"
+    " LEFT JOIN events AS e ON e.operation_id = o.operation_id AND e.seq = 1"
+    " WHERE NOT EXISTS (SELECT 1 FROM claims AS c WHERE c.operation_id = o.operation_id)"
+    " ORDER BY o.operation_id"
+)
+_VERIFY_CLAIMS = (
+    "SELECT c.seq, c.operation_id, c.claim_hash, c.running, o.operation_id IS NOT NULL, e.hash"
+    " FROM claims AS c LEFT JOIN operations AS o ON o.operation_id = c.operation_id"
+    " LEFT JOIN events AS e ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.seq"
+)
+_VERIFY_HEADS = (
+    f"SELECT operation_id, event_count, event_head, status, {', '.join(chain.HEAD_COLUMNS)}"
+    " FROM operations ORDER BY operation_id"
+)
 # Every column but the key, in column order, then the key.
 _UPDATE_OPERATION = (
     f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.operation_columns[1:])}"
     " WHERE operation_id = ?"
 )
+
+
+def _anchor(conn: sqlite3.Connection, claimed: Sequence[tuple[str, bytes]]) -> None:
+    """Append ``(operation id, first event hash)`` claims to the anchor, under the write lock."""
+    last = conn.execute(_LAST_CLAIM).fetchone()
+    seq, running = (0, anchors.START) if last is None else (last[0], bytes(last[1]))
+    anchored = []
+    for operation_id, claim_hash in claimed:
+        seq += 1
+        running = anchors.advance(running, operation_id, claim_hash)
+        anchored.append((seq, operation_id, claim_hash, running))
+    conn.executemany(_INSERT_CLAIM, anchored)
+
+
+def _migrate(conn: sqlite3.Connection, current: int) -> None:
+    """Apply every migration after ``current``, inside the caller's transaction."""
+    for number in range(current + 1, SCHEMA_VERSION + 1):
+        for statement in _MIGRATIONS[number - 1].split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        if number == _ANCHOR_MIGRATION:
+            _anchor_unanchored(conn)
+
+
+def _anchor_unanchored(conn: sqlite3.Connection) -> None:
+    """Anchor every operation not yet anchored (at migration, and after a bulk load)."""
+    _anchor(
+        conn,
+        [(op, b"" if first is None else bytes(first)) for op, first in conn.execute(_UNANCHORED)],
+    )
 
 
 class _Connection(sqlite3.Connection):
@@ -364,11 +426,7 @@ class SQLiteEffectLedger(OperatorResolution):
         conn.execute("BEGIN IMMEDIATE")
         try:
             # Another process may have migrated while this one waited for the lock.
-            current = conn.execute("PRAGMA user_version").fetchone()[0]
-            for number in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _MIGRATIONS[number - 1].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+            _migrate(conn, conn.execute("PRAGMA user_version").fetchone()[0])
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute("COMMIT")
@@ -464,6 +522,7 @@ class SQLiteEffectLedger(OperatorResolution):
                     raise InternalError(msg)
                 return rows.record(row, now_us), False
             conn.executemany(_INSERT_EVENT, events_rows)
+            _anchor(conn, [(operation.operation_id, events_rows[0][8] if events_rows else b"")])
             return rows.record(values, now_us), True
 
         return self._write(work, operation.operation_id)
@@ -566,26 +625,39 @@ class SQLiteEffectLedger(OperatorResolution):
 
         return self._read(work, [])
 
-    def verify(self) -> VerifyReport:
+    def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`."""
 
         def work(conn: _Connection) -> VerifyReport:
             # One read transaction, so the chains are checked against one snapshot.
             conn.execute("BEGIN")
             try:
-                return self._verify(conn)
+                return self._verify(conn, anchor)
             finally:
                 conn.execute("COMMIT")
 
-        return self._read(work, VerifyReport(0, 0, ()))
+        empty = VerifyReport(0, 0, ())
+        if anchor is not None and anchor.count:
+            empty = anchors.merged(empty, *anchors.check((), (), anchor))
+        return self._read(work, empty)
 
-    def _verify(self, conn: _Connection) -> VerifyReport:
-        heads = conn.execute(
-            "SELECT operation_id, event_count, event_head, status"
-            " FROM operations ORDER BY operation_id"
-        )
+    def _verify(self, conn: _Connection, anchor: AnchorHead | None) -> VerifyReport:
+        heads = conn.execute(_VERIFY_HEADS)
         events = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
-        return chain.verify(heads, map(rows.read_event, events))
+        report = chain.verify(heads, map(rows.read_event, events))
+        unanchored = [row[0] for row in conn.execute(_UNANCHORED)]
+        return anchors.merged(
+            report, *anchors.check(conn.execute(_VERIFY_CLAIMS), unanchored, anchor)
+        )
+
+    def anchor_head(self) -> AnchorHead:
+        """See :meth:`EffectLedger.anchor_head`."""
+
+        def work(conn: _Connection) -> AnchorHead:
+            last = conn.execute(_LAST_CLAIM).fetchone()
+            return AnchorHead(0, anchors.START) if last is None else AnchorHead(*last)
+
+        return self._read(work, AnchorHead(0, anchors.START))
 
     def bulk_load(self, operations: bulk.Loadable) -> int:
         """Write ``operations`` and their events as given, in one transaction; return how many.
@@ -608,6 +680,7 @@ class SQLiteEffectLedger(OperatorResolution):
                     conn.executemany(_INSERT_LOADED, operation_rows)
                     conn.executemany(_INSERT_EVENT, event_rows)
                     loaded += len(operation_rows)
+                _anchor_unanchored(conn)
             except sqlite3.IntegrityError as exc:
                 raise bulk.duplicate_error(f"ledger {self.path}", exc) from exc
             finally:
