@@ -13,15 +13,27 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effectguard.codec_tags import TAGGED, Unstorable
 from effectguard.contract import EffectContract
-from effectguard.errors import ConfigurationError
+from effectguard.errors import ConfigurationError, LedgerIntegrityError
 from effectguard.fingerprint import canonical_json
+from effectguard.ledger import chain
 from effectguard.model import EffectStatus, OperationRecord
 
-__all__ = ["NOT_STORED", "Stored", "decode", "jsonable", "not_stored", "store"]
+if TYPE_CHECKING:
+    from effectguard.ledger.protocol import EffectLedger
+
+__all__ = [
+    "NOT_STORED",
+    "Stored",
+    "check_replayable",
+    "decode",
+    "jsonable",
+    "not_stored",
+    "store",
+]
 
 logger = logging.getLogger("effectguard")
 
@@ -122,8 +134,16 @@ def not_stored(record: OperationRecord) -> Mapping[str, str] | None:
     return mark if isinstance(mark, Mapping) else None
 
 
-def decode(contract: EffectContract, record: OperationRecord) -> Any:
-    """Return the record's stored output as the contract's codec (or the default) rebuilds it."""
+def decode(
+    contract: EffectContract, record: OperationRecord, ledger: EffectLedger | None = None
+) -> Any:
+    """Return the record's stored output as the contract's codec (or the default) rebuilds it.
+
+    With ``ledger`` (a replay), first checks the stored output is the one its
+    confirmation committed to (:func:`check_replayable`).
+    """
+    if ledger is not None:
+        check_replayable(ledger, record)
     data = record.output
     if record.output_json is None:
         return data
@@ -162,3 +182,36 @@ def _coerce(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_coerce(item) for item in value]
     return repr(value)
+
+
+def check_replayable(ledger: EffectLedger, record: OperationRecord) -> None:
+    """Raise LedgerIntegrityError unless ``record``'s output is the one its events committed to.
+
+    Guarantees a replay never returns an output edited in the ledger behind
+    effectguard's back. The latest event committing to the output (the
+    confirmation, see ``chain.commitments``) holds its digest; an operation
+    whose events predate commitments has none, and is replayed as before
+    (``verify`` reports it as not covered).
+    """
+    committed: dict[str, object] = {}
+    for event in ledger.events(record.operation_id):
+        committed.update(
+            {
+                name: event.commits[name]
+                for name in ("output", "provider_operation_id")
+                if name in event.commits
+            }
+        )
+    stored = {
+        "output": chain.digest(record.output_json),
+        "provider_operation_id": record.provider_operation_id,
+    }
+    edited = sorted(name for name, value in committed.items() if stored[name] != value)
+    if edited:
+        msg = (
+            f"operation {record.operation_id!r}: refusing to replay it, its stored "
+            f"{' and '.join(edited)} differ from what its confirmation committed to, so the "
+            "ledger was edited; run `agent-effect-ops verify` and restore the ledger from a "
+            "backup or resolve the operation by hand"
+        )
+        raise LedgerIntegrityError(msg)
