@@ -163,7 +163,7 @@ def _replica(shape: History, shape_index: int, index: int, shift: timedelta) -> 
     output_json = None if record.output_json is None else record.output_json.replace(old, new)
     # The events commit to the row (chain.commitments): to the replica's, not the template's.
     swaps = {
-        record.fingerprint: fingerprint,
+        chain.digest(record.fingerprint): chain.digest(fingerprint),
         chain.digest(canonical_json(dict(record.arguments))): chain.digest(
             canonical_json(dict(arguments))
         ),

@@ -3,11 +3,11 @@
 Each operation's events form their own chain, so deleting an operation row
 together with all its events leaves nothing behind in that chain to notice.
 The anchor closes that gap: every claim appends, in the claim's own commit,
-``(seq, operation_id, claim_hash, running)`` to a ledger-wide table, where
-``claim_hash`` is the hash of the operation's first event and ``running`` is
-the hash over every claim so far (:func:`advance`). ``verify`` then reports an
-operation that is anchored but gone, a claim whose first event changed, a gap
-in the sequence and a running hash that no longer recomputes.
+``(seq, operation_id, running)`` to a ledger-wide table, where ``running`` is
+the hash over every claim so far, each claim being its operation id and the
+hash of its first event (:func:`advance`). ``verify`` then reports an
+operation that is anchored but gone, a gap in the sequence, and a running hash
+that no longer recomputes (the anchor, or an operation's first event, was edited).
 
 What it cannot see alone: someone who deletes operations *and* rewrites the
 anchor table consistently (recomputing every running hash after them). An
@@ -90,9 +90,9 @@ class AnchorHead:
         return cls.from_json(data)
 
 
-#: One anchor row as :func:`check` reads it: seq, operation id, claim hash, running hash,
-#: whether the operation row exists, and the hash of its first event (None if it has none).
-AnchorRow = tuple[int, str, bytes, bytes, bool, "bytes | None"]
+#: One anchor row as :func:`check` reads it: seq, operation id, running hash, whether the
+#: operation row exists, and the hash of its first event (None if it has none).
+AnchorRow = tuple[int, str, bytes, bool, "bytes | None"]
 
 
 def check(
@@ -109,7 +109,7 @@ def check(
     running = START
     count = 0
     at_expected: bytes | None = START if expected is not None and expected.count == 0 else None
-    for seq, operation_id, claim_hash, stored, exists, first in claims:
+    for seq, operation_id, stored, exists, first in claims:
         count += 1
         if seq != count:
             problems.append(
@@ -118,13 +118,18 @@ def check(
                 )
             )
             count = seq
-        running = advance(running, operation_id, claim_hash)
+        if not exists:
+            # Its first event is gone with it: trust the stored hash to check the claims after.
+            running = bytes(stored)
+        else:
+            running = advance(running, operation_id, b"" if first is None else bytes(first))
         if bytes(stored) != running:
             problems.append(
                 VerifyProblem(
                     operation_id,
                     None,
-                    f"anchor running hash breaks at claim {seq} (the anchor table was edited)",
+                    f"anchor running hash breaks at claim {seq} (the anchor table or the "
+                    "operation's first event was edited)",
                 )
             )
             running = bytes(stored)
@@ -136,15 +141,6 @@ def check(
                     operation_id,
                     None,
                     f"operation was claimed (anchor claim {seq}) but its row is gone (deleted)",
-                )
-            )
-        elif first is None or bytes(first) != bytes(claim_hash):
-            problems.append(
-                VerifyProblem(
-                    operation_id,
-                    1,
-                    f"first event does not match the hash anchored at claim {seq} "
-                    "(the claim was rewritten)",
                 )
             )
     problems.extend(

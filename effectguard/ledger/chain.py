@@ -110,22 +110,30 @@ COMMITTED = (
     "provider_operation_id",
     "lease",
 )
-_AS_STORED = ("fingerprint", "provider_key", "attempts", "attempt_budget", "provider_operation_id")
+_AS_STORED = ("provider_key", "attempts", "attempt_budget", "provider_operation_id")
+# Digests are cut to 64 bits: every event carries some, and the chain is tamper-evidence
+# against edits made without effectguard, not a defence against forged collisions.
+_DIGEST_HEX = 16
 
 
 def digest(text: str | None) -> str | None:
-    """Return the SHA-256 (hex) of stored JSON ``text`` exactly as stored, None for None."""
-    return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """Return a digest (16 hex digits of SHA-256) of ``text`` exactly as stored, None for None."""
+    if text is None:
+        return None
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:_DIGEST_HEX]
 
 
 def commitments(columns: Mapping[str, Any]) -> dict[str, Any]:
     """Return what a write commits to, from the operation columns it stores, by name, as stored.
 
-    Small values are kept as they are; the arguments, the output and the lease
-    (token and owner) as a digest of their stored text. Only the columns given
-    are committed: a claim gives them all, a transition those it changes.
+    Small values are kept as they are; the fingerprint, the arguments, the
+    output and the lease (token and owner) as a :func:`digest` of their stored
+    text. Only the columns given are committed: a claim gives them all, a
+    transition those it changes.
     """
     found = {name: columns[name] for name in _AS_STORED if name in columns}
+    if "fingerprint" in columns:
+        found["fingerprint"] = digest(columns["fingerprint"])
     if "arguments" in columns:
         found["arguments"] = digest(columns["arguments"])
     if "output" in columns:

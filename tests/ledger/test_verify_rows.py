@@ -148,7 +148,7 @@ def test_an_exported_anchor_catches_a_deletion_that_rewound_the_anchor(
 def test_an_edited_anchor_breaks_its_running_hash(
     confirmed: EffectLedger, ledger_sql: Callable[..., None]
 ) -> None:
-    """Rewriting a claim's recorded hash in the anchor is reported."""
-    ledger_sql("UPDATE claims SET claim_hash = ? WHERE operation_id = ?", b"x" * 32, OPERATION)
+    """Rewriting a claim's running hash in the anchor is reported."""
+    ledger_sql("UPDATE claims SET running = ? WHERE operation_id = ?", b"x" * 32, OPERATION)
     problems = {p.problem.split(" (")[0] for p in confirmed.verify().problems}
     assert "anchor running hash breaks at claim 1" in problems

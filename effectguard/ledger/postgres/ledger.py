@@ -201,7 +201,7 @@ class PostgresEffectLedger(OperatorResolution):
             claim_hash = b"" if first is None else bytes(first)
             seq += 1
             running = anchors.advance(running, operation_id, claim_hash)
-            conn.execute(self._sql.anchor_many, (seq, operation_id, claim_hash, running))
+            conn.execute(self._sql.anchor_many, (seq, operation_id, running))
 
     def _inspect(self, conn: Connection) -> _SchemaState:
         """Return (schema exists, version table exists, ledger tables exist, version)."""

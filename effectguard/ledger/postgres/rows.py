@@ -79,7 +79,5 @@ def created(operation: NewOperation, events: Sequence[EventDraft], at: datetime)
     parameters.update(_arrays(event_rows), at=at)
     # The anchor commits to the claim's first event (see effectguard.ledger.anchor).
     claim_hash = bytes(parameters["e_hash"][0]) if event_rows else b""
-    parameters.update(
-        claim_hash=claim_hash, anchor_item=anchor.item(operation.operation_id, claim_hash)
-    )
+    parameters.update(anchor_item=anchor.item(operation.operation_id, claim_hash))
     return parameters

@@ -91,8 +91,7 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE {s}.events ADD COLUMN commits json;
     CREATE TABLE {s}.claims (
         seq bigint PRIMARY KEY,
-        operation_id text COLLATE "C" NOT NULL UNIQUE,
-        claim_hash bytea NOT NULL,
+        operation_id text COLLATE "C" NOT NULL,
         running bytea NOT NULL
     );
     CREATE TABLE {s}.claims_head (
@@ -290,9 +289,8 @@ class Statements:
             f" head AS (UPDATE {self.qualified}.claims_head AS h SET count = h.count + 1,"
             " running = sha256(h.running || %(anchor_item)s) WHERE EXISTS (SELECT 1 FROM op)"
             " RETURNING h.count, h.running),"
-            f" anchor AS (INSERT INTO {self.qualified}.claims"
-            " (seq, operation_id, claim_hash, running) SELECT head.count, %(operation_id)s,"
-            " %(claim_hash)s, head.running FROM head) SELECT * FROM op"
+            f" anchor AS (INSERT INTO {self.qualified}.claims (seq, operation_id, running)"
+            " SELECT head.count, %(operation_id)s, head.running FROM head) SELECT * FROM op"
         )
 
     def transition(self, columns: Iterable[str], conditions: Iterable[str]) -> str:
@@ -350,7 +348,7 @@ class Statements:
         """Every anchored claim in order, whether its operation exists, and its first event hash."""
         s = self.qualified
         return (
-            "SELECT c.seq, c.operation_id, c.claim_hash, c.running, o.operation_id IS NOT NULL,"
+            "SELECT c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL,"
             f" e.hash FROM {s}.claims AS c LEFT JOIN {s}.operations AS o"
             f" ON o.operation_id = c.operation_id LEFT JOIN {s}.events AS e"
             " ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.seq"
@@ -360,11 +358,11 @@ class Statements:
     def unanchored(self) -> str:
         """Operations not in the anchor, with their first event's hash, in id order."""
         s = self.qualified
+        # No index on claims.operation_id (it would cost every claim): a set difference.
         return (
-            f"SELECT o.operation_id, e.hash FROM {s}.operations AS o LEFT JOIN {s}.events AS e"
-            " ON e.operation_id = o.operation_id AND e.seq = 1 WHERE NOT EXISTS"
-            f" (SELECT 1 FROM {s}.claims AS c WHERE c.operation_id = o.operation_id)"
-            " ORDER BY o.operation_id"
+            f"SELECT u.operation_id, e.hash FROM (SELECT operation_id FROM {s}.operations"
+            f" EXCEPT SELECT operation_id FROM {s}.claims) AS u LEFT JOIN {s}.events AS e"
+            " ON e.operation_id = u.operation_id AND e.seq = 1 ORDER BY u.operation_id"
         )
 
     @property
@@ -377,8 +375,8 @@ class Statements:
         """Append one claim to the anchor and set the head to it."""
         s = self.qualified
         return (
-            f"WITH a AS (INSERT INTO {s}.claims (seq, operation_id, claim_hash, running)"
-            " VALUES (%s, %s, %s, %s) RETURNING seq, running)"
+            f"WITH a AS (INSERT INTO {s}.claims (seq, operation_id, running)"
+            " VALUES (%s, %s, %s) RETURNING seq, running)"
             f" UPDATE {s}.claims_head SET count = a.seq, running = a.running FROM a"
         )
 

@@ -121,8 +121,7 @@ _MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE events ADD COLUMN commits TEXT;
     CREATE TABLE claims (
         seq INTEGER PRIMARY KEY,
-        operation_id TEXT NOT NULL UNIQUE,
-        claim_hash BLOB NOT NULL,
+        operation_id TEXT NOT NULL,
         running BLOB NOT NULL
     );
     """,
@@ -150,15 +149,16 @@ _INSERT_EVENT = (
 _INSERT_LOADED = _INSERT_OPERATION.removesuffix(" ON CONFLICT (operation_id) DO NOTHING")
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?"
 _LAST_CLAIM = "SELECT seq, running FROM claims ORDER BY seq DESC LIMIT 1"
-_INSERT_CLAIM = "INSERT INTO claims (seq, operation_id, claim_hash, running) VALUES (?, ?, ?, ?)"
+_INSERT_CLAIM = "INSERT INTO claims (seq, operation_id, running) VALUES (?, ?, ?)"
+# No index on claims.operation_id (it would cost every claim): a set difference instead.
 _UNANCHORED = (
-    "SELECT o.operation_id, e.hash FROM operations AS o"
-    " LEFT JOIN events AS e ON e.operation_id = o.operation_id AND e.seq = 1"
-    " WHERE NOT EXISTS (SELECT 1 FROM claims AS c WHERE c.operation_id = o.operation_id)"
-    " ORDER BY o.operation_id"
+    "SELECT u.operation_id, e.hash FROM (SELECT operation_id FROM operations"
+    " EXCEPT SELECT operation_id FROM claims) AS u"
+    " LEFT JOIN events AS e ON e.operation_id = u.operation_id AND e.seq = 1"
+    " ORDER BY u.operation_id"
 )
 _VERIFY_CLAIMS = (
-    "SELECT c.seq, c.operation_id, c.claim_hash, c.running, o.operation_id IS NOT NULL, e.hash"
+    "SELECT c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL, e.hash"
     " FROM claims AS c LEFT JOIN operations AS o ON o.operation_id = c.operation_id"
     " LEFT JOIN events AS e ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.seq"
 )
@@ -181,7 +181,7 @@ def _anchor(conn: sqlite3.Connection, claimed: Sequence[tuple[str, bytes]]) -> N
     for operation_id, claim_hash in claimed:
         seq += 1
         running = anchors.advance(running, operation_id, claim_hash)
-        anchored.append((seq, operation_id, claim_hash, running))
+        anchored.append((seq, operation_id, running))
     conn.executemany(_INSERT_CLAIM, anchored)
 
 
