@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -184,6 +186,14 @@ def _coerce(value: Any) -> Any:
     return repr(value)
 
 
+# Per ledger, the (operation id, output digest, provider id) triples already found to be
+# what their confirmation committed to: a replay then costs no events read. Bounded, and
+# keyed by the stored values, so an edit afterwards is a miss and is checked again.
+_CHECKED: weakref.WeakKeyDictionary[object, OrderedDict[tuple[str, str | None, str | None], None]]
+_CHECKED = weakref.WeakKeyDictionary()
+_CHECKED_MAX = 4096
+
+
 def check_replayable(ledger: EffectLedger, record: OperationRecord) -> None:
     """Raise LedgerIntegrityError unless ``record``'s output is the one its events committed to.
 
@@ -193,19 +203,20 @@ def check_replayable(ledger: EffectLedger, record: OperationRecord) -> None:
     whose events predate commitments has none, and is replayed as before
     (``verify`` reports it as not covered).
     """
-    committed: dict[str, object] = {}
-    for event in ledger.events(record.operation_id):
-        committed.update(
-            {
-                name: event.commits[name]
-                for name in ("output", "provider_operation_id")
-                if name in event.commits
-            }
-        )
     stored = {
         "output": chain.digest(record.output_json),
         "provider_operation_id": record.provider_operation_id,
     }
+    key = (record.operation_id, stored["output"], record.provider_operation_id)
+    try:
+        seen = _CHECKED.setdefault(ledger, OrderedDict())
+    except TypeError:  # a ledger that cannot be weakly referenced: check every time
+        seen = OrderedDict()
+    if key in seen:
+        return
+    committed: dict[str, object] = {}
+    for event in ledger.events(record.operation_id):
+        committed.update({name: event.commits[name] for name in stored if name in event.commits})
     edited = sorted(name for name, value in committed.items() if stored[name] != value)
     if edited:
         msg = (
@@ -215,3 +226,6 @@ def check_replayable(ledger: EffectLedger, record: OperationRecord) -> None:
             "backup or resolve the operation by hand"
         )
         raise LedgerIntegrityError(msg)
+    seen[key] = None
+    if len(seen) > _CHECKED_MAX:
+        seen.popitem(last=False)

@@ -152,3 +152,19 @@ def test_an_edited_anchor_breaks_its_running_hash(
     ledger_sql("UPDATE claims SET running = ? WHERE operation_id = ?", b"x" * 32, OPERATION)
     problems = {p.problem.split(" (")[0] for p in confirmed.verify().problems}
     assert "anchor running hash breaks at claim 1" in problems
+
+
+def test_an_output_forged_after_a_good_replay_is_still_refused(
+    confirmed: EffectLedger, provider: FakePaymentProvider, ledger_sql: Callable[..., None]
+) -> None:
+    """A replay already checked does not vouch for the output once it is edited."""
+    executor = EffectExecutor(confirmed, clock=ManualClock(1_800_000_100.0))
+    replayed = executor.execute(capture_contract(provider), ARGS, provider.handler)
+    assert replayed.replayed
+    assert replayed.output["id"] == "cap_000001"
+    ledger_sql("UPDATE operations SET output = ? WHERE operation_id = ?", FORGED, OPERATION)
+    fresh = EffectExecutor(confirmed, clock=ManualClock(1_800_000_200.0))
+    with pytest.raises(LedgerIntegrityError, match=OPERATION):
+        fresh.execute(capture_contract(provider), ARGS, provider.handler)
+    assert provider.committed() == 1
+    assert provider.requests == 1
