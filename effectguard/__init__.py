@@ -74,6 +74,7 @@ _EXPORTS: dict[str, str] = {
     "DataclassCodec": "effectguard.codec",
     "PydanticCodec": "effectguard.codec",
     # Ledgers.
+    "AnchorHead": "effectguard.ledger",
     "EffectLedger": "effectguard.ledger",
     "open_ledger": "effectguard.ledger",
     "SQLiteEffectLedger": "effectguard.ledger.sqlite",
@@ -101,6 +102,7 @@ _EXPORTS: dict[str, str] = {
     "InternalError": "effectguard.errors",
     "InvalidRequestError": "effectguard.errors",
     "LedgerError": "effectguard.errors",
+    "LedgerIntegrityError": "effectguard.errors",
     "LedgerLockedError": "effectguard.errors",
     "LedgerNotFoundError": "effectguard.errors",
     "LedgerSchemaError": "effectguard.errors",
@@ -144,6 +146,7 @@ if TYPE_CHECKING:
     from effectguard.errors import InternalError as InternalError
     from effectguard.errors import InvalidRequestError as InvalidRequestError
     from effectguard.errors import LedgerError as LedgerError
+    from effectguard.errors import LedgerIntegrityError as LedgerIntegrityError
     from effectguard.errors import LedgerLockedError as LedgerLockedError
     from effectguard.errors import LedgerNotFoundError as LedgerNotFoundError
     from effectguard.errors import LedgerSchemaError as LedgerSchemaError
@@ -155,6 +158,7 @@ if TYPE_CHECKING:
     from effectguard.executor import Observer as Observer
     from effectguard.executor import Transition as Transition
     from effectguard.executor import observing as observing
+    from effectguard.ledger import AnchorHead as AnchorHead
     from effectguard.ledger import EffectLedger as EffectLedger
     from effectguard.ledger import open_ledger as open_ledger
     from effectguard.ledger.postgres import PostgresEffectLedger as PostgresEffectLedger

@@ -19,6 +19,7 @@
         │   └── LedgerLockedError                another writer held the lock past the busy timeout
         ├── LedgerNotFoundError                  a read named a ledger that does not exist
         ├── LedgerSchemaError                    not a ledger, or a ledger of a newer schema
+        ├── LedgerIntegrityError                 a stored record was edited behind the ledger
         ├── FencedWriteError                     the writer's lease token is no longer current
         ├── OperationNotFoundError (LookupError) no operation with that id
         └── IllegalTransitionError               an operator action that makes no sense now
@@ -68,6 +69,7 @@ __all__ = [
     "InternalError",
     "InvalidRequestError",
     "LedgerError",
+    "LedgerIntegrityError",
     "LedgerLockedError",
     "LedgerNotFoundError",
     "LedgerSchemaError",
@@ -303,6 +305,13 @@ class LedgerNotFoundError(LedgerError):
 
 class LedgerSchemaError(LedgerError):
     """The target is not an effectguard ledger, or its schema is newer than this library."""
+
+
+class LedgerIntegrityError(LedgerError):
+    """A stored record disagrees with what its event chain committed to: it was edited.
+
+    Raised instead of replaying it; ``agent-effect-ops verify`` lists what differs.
+    """
 
 
 class FencedWriteError(LedgerError):

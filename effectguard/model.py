@@ -280,6 +280,10 @@ class EffectEvent:
     at: datetime
     evidence: Mapping[str, Any]
     hash: bytes
+    #: What the write that appended this event left in its operation's row (see
+    #: ``effectguard.ledger.committed.commitments``); empty on all but a write's first event,
+    #: and on every event written before effectguard recorded them.
+    commits: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +302,12 @@ class VerifyReport:
     operations_checked: int
     events_checked: int
     problems: tuple[VerifyProblem, ...]
+    #: Operations with a row field no event committed to: written before
+    #: effectguard recorded row commitments, so edits to that field go unseen.
+    operations_uncovered: int = 0
+    #: Claims in the ledger's anchor table, and the running hash over them.
+    anchored: int = 0
+    anchor_running: bytes = b""
 
     @property
     def ok(self) -> bool:

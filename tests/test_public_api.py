@@ -69,7 +69,7 @@ EXPORTED = {
         ["EffectContract", "OutputCodec", "UnknownOutcomePolicy"], "effectguard.contract"
     ),
     **dict.fromkeys(["DataclassCodec", "PydanticCodec"], "effectguard.codec"),
-    **dict.fromkeys(["EffectLedger", "open_ledger"], "effectguard.ledger"),
+    **dict.fromkeys(["AnchorHead", "EffectLedger", "open_ledger"], "effectguard.ledger"),
     "SQLiteEffectLedger": "effectguard.ledger.sqlite",
     "PostgresEffectLedger": "effectguard.ledger.postgres",
     **dict.fromkeys(
@@ -101,6 +101,7 @@ EXPORTED = {
             "InternalError",
             "InvalidRequestError",
             "LedgerError",
+            "LedgerIntegrityError",
             "LedgerLockedError",
             "LedgerNotFoundError",
             "LedgerSchemaError",

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from effectguard.ledger.anchor import AnchorHead
 from effectguard.ledger.protocol import Changes, EffectLedger, EventDraft, Expect, NewOperation
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
@@ -78,9 +79,9 @@ class CountingLedger:
         """See :meth:`EffectLedger.events`."""
         return self.ledger.events(operation_id)
 
-    def verify(self) -> VerifyReport:
+    def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`."""
-        return self.ledger.verify()
+        return self.ledger.verify(anchor=anchor)
 
     def confirm(
         self,

@@ -24,7 +24,7 @@ from typing import Any
 from effectguard.contract import EffectContract
 from effectguard.executor import EffectExecutor
 from effectguard.fingerprint import canonical_json, request_fingerprint
-from effectguard.ledger import chain
+from effectguard.ledger import chain, committed
 from effectguard.ledger.protocol import EffectLedger, EventDraft
 from effectguard.model import EffectEvent, EffectStatus, EventType, OperationRecord
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup, ManualClock
@@ -135,6 +135,22 @@ def _retargeted(value: Mapping[str, Any], old: str, new: str) -> Mapping[str, An
     return json.loads(text.replace(old, new)) if old in text else value
 
 
+def _recommitted(
+    commits: Mapping[str, Any], swaps: Mapping[str | None, str | None], old: str, new: str
+) -> Mapping[str, Any]:
+    """``commits`` with the template's digests swapped for the replica's, ids retargeted."""
+    if not commits:
+        return commits
+    return {
+        name: swaps.get(value, value)
+        if name in {"fingerprint", "arguments", "output"}
+        else value.replace(old, new)
+        if isinstance(value, str) and name != "lease"
+        else value
+        for name, value in commits.items()
+    }
+
+
 def _replica(shape: History, shape_index: int, index: int, shift: timedelta) -> History:
     """``shape`` as operation ``index``: its invoice id swapped in, ``shift`` later, rehashed."""
     record, events = shape
@@ -142,22 +158,34 @@ def _replica(shape: History, shape_index: int, index: int, shift: timedelta) -> 
     arguments = _retargeted(record.arguments, old, new)
     evidence = [_retargeted(event.evidence, old, new) for event in events]
     new_id = operation_id(index)
+    key = None if record.provider_key is None else record.provider_key.replace(old, new)
+    fingerprint = request_fingerprint(record.contract, record.contract_version, arguments, key)
+    output_json = None if record.output_json is None else record.output_json.replace(old, new)
+    # The events commit to the row (committed.commitments): to the replica's, not the template's.
+    swaps = {
+        committed.digest(record.fingerprint): committed.digest(fingerprint),
+        committed.digest(canonical_json(dict(record.arguments))): committed.digest(
+            canonical_json(dict(arguments))
+        ),
+        committed.digest(record.output_json): committed.digest(output_json),
+    }
     linked = chain.relink(
         new_id,
         [
-            event if moved is event.evidence else dataclasses.replace(event, evidence=moved)
+            dataclasses.replace(
+                event, evidence=moved, commits=_recommitted(event.commits, swaps, old, new)
+            )
             for event, moved in zip(events, evidence, strict=True)
         ],
         shift=shift,
     )
-    key = None if record.provider_key is None else record.provider_key.replace(old, new)
     replica = dataclasses.replace(
         record,
         operation_id=new_id,
-        fingerprint=request_fingerprint(record.contract, record.contract_version, arguments, key),
+        fingerprint=fingerprint,
         provider_key=key,
         arguments=arguments,
-        output_json=None if record.output_json is None else record.output_json.replace(old, new),
+        output_json=output_json,
         reason=None if record.reason is None else record.reason.replace(old, new),
         evidence=_retargeted(record.evidence, old, new),
         lease_expires_at=(

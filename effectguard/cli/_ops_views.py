@@ -140,6 +140,8 @@ def report_json(report: VerifyReport) -> dict[str, Any]:
             {"operation_id": p.operation_id, "seq": p.seq, "problem": p.problem}
             for p in report.problems
         ],
+        "operations_uncovered": report.operations_uncovered,
+        "anchor": {"count": report.anchored, "running": report.anchor_running.hex()},
     }
 
 

@@ -278,13 +278,36 @@ def authorize_retry(operation_id: str, actor: str, reason: str, evidence_referen
     _report(ledger, record, "authorized a retry of")
 
 
-@main.command(short_help="Check every hash chain; exit 1 naming any break.")
+@main.command(short_help="Check every hash chain, row and claim; exit 1 naming any break.")
 @json_option
-def verify(as_json: bool) -> None:
-    """Check every operation's hash-chained history; exit 1 naming any break."""
+@click.option(
+    "--anchor",
+    "anchor_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Also check the ledger still extends the head exported to FILE earlier.",
+    metavar="FILE",
+)
+@click.option(
+    "--export-anchor",
+    "export_file",
+    type=click.Path(dir_okay=False, writable=True),
+    help="When the ledger verifies, write its anchor head to FILE (keep it elsewhere).",
+    metavar="FILE",
+)
+def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> None:
+    """Check every operation's hash-chained history, its row and the claims anchor.
+
+    Exit 1 naming any break. An exported head (--export-anchor), kept where
+    whoever can write the ledger cannot, lets a later --anchor check catch a
+    deletion that rewrote the ledger's own anchor too.
+    """
     ledger = _ledger()
     with refusals():
-        report = ledger.verify()
+        expected = None
+        if anchor_file is not None:
+            with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
+                expected = effectguard.AnchorHead.loads(file.read())
+        report = ledger.verify(anchor=expected)
     if as_json:
         click.echo(views.to_json(views.report_json(report)))
     else:
@@ -302,6 +325,10 @@ def verify(as_json: bool) -> None:
             f"first: operation {first.operation_id!r}{where}: {first.problem}"
         )
         raise OpsError(msg)
+    if export_file is not None:
+        head = effectguard.AnchorHead(report.anchored, report.anchor_running)
+        with open(export_file, "w", encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
+            file.write(views.to_json(head.to_json()) + "\n")
 
 
 if __name__ == "__main__":

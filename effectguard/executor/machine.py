@@ -124,7 +124,9 @@ class StateMachine:
         result = EffectResult(
             status=record.status,
             operation_id=record.operation_id,
-            output=decode(call.contract, record) if confirmed and mark is None else None,
+            output=decode(call.contract, record, self.ledger if replayed else None)
+            if confirmed and mark is None
+            else None,
             provider_operation_id=record.provider_operation_id,
             attempts=record.attempts,
             replayed=replayed,

@@ -11,17 +11,31 @@ from __future__ import annotations
 
 import logging
 import math
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effectguard.codec_tags import TAGGED, Unstorable
 from effectguard.contract import EffectContract
-from effectguard.errors import ConfigurationError
+from effectguard.errors import ConfigurationError, LedgerIntegrityError
 from effectguard.fingerprint import canonical_json, check_json_value
+from effectguard.ledger import committed
 from effectguard.model import EffectStatus, OperationRecord
 
-__all__ = ["NOT_STORED", "Stored", "decode", "jsonable", "not_stored", "store"]
+if TYPE_CHECKING:
+    from effectguard.ledger.protocol import EffectLedger
+
+__all__ = [
+    "NOT_STORED",
+    "Stored",
+    "check_replayable",
+    "decode",
+    "jsonable",
+    "not_stored",
+    "store",
+]
 
 logger = logging.getLogger("effectguard")
 
@@ -124,8 +138,16 @@ def not_stored(record: OperationRecord) -> Mapping[str, str] | None:
     return mark if isinstance(mark, Mapping) else None
 
 
-def decode(contract: EffectContract, record: OperationRecord) -> Any:
-    """Return the record's stored output as the contract's codec (or the default) rebuilds it."""
+def decode(
+    contract: EffectContract, record: OperationRecord, ledger: EffectLedger | None = None
+) -> Any:
+    """Return the record's stored output as the contract's codec (or the default) rebuilds it.
+
+    With ``ledger`` (a replay), first checks the stored output is the one its
+    confirmation committed to (:func:`check_replayable`).
+    """
+    if ledger is not None:
+        check_replayable(ledger, record)
     data = record.output
     if record.output_json is None:
         return data
@@ -164,3 +186,48 @@ def _coerce(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_coerce(item) for item in value]
     return repr(value)
+
+
+# Per ledger, the (operation id, output digest, provider id) triples already found to be
+# what their confirmation committed to: a replay then costs no events read. Bounded, and
+# keyed by the stored values, so an edit afterwards is a miss and is checked again.
+_CHECKED: weakref.WeakKeyDictionary[object, OrderedDict[tuple[str, str | None, str | None], None]]
+_CHECKED = weakref.WeakKeyDictionary()
+_CHECKED_MAX = 4096
+
+
+def check_replayable(ledger: EffectLedger, record: OperationRecord) -> None:
+    """Raise LedgerIntegrityError unless ``record``'s output is the one its events committed to.
+
+    Guarantees a replay never returns an output edited in the ledger behind
+    effectguard's back. The latest event committing to the output (the
+    confirmation, see ``committed.commitments``) holds its digest; an operation
+    whose events predate commitments has none, and is replayed as before
+    (``verify`` reports it as not covered).
+    """
+    stored = {
+        "output": committed.digest(record.output_json),
+        "provider_operation_id": record.provider_operation_id,
+    }
+    key = (record.operation_id, stored["output"], record.provider_operation_id)
+    try:
+        seen = _CHECKED.setdefault(ledger, OrderedDict())
+    except TypeError:  # a ledger that cannot be weakly referenced: check every time
+        seen = OrderedDict()
+    if key in seen:
+        return
+    promised: dict[str, object] = {}
+    for event in ledger.events(record.operation_id):
+        promised.update({name: event.commits[name] for name in stored if name in event.commits})
+    edited = sorted(name for name, value in promised.items() if stored[name] != value)
+    if edited:
+        msg = (
+            f"operation {record.operation_id!r}: refusing to replay it, its stored "
+            f"{' and '.join(edited)} differ from what its confirmation committed to, so the "
+            "ledger was edited; run `agent-effect-ops verify` and restore the ledger from a "
+            "backup or resolve the operation by hand"
+        )
+        raise LedgerIntegrityError(msg)
+    seen[key] = None
+    if len(seen) > _CHECKED_MAX:
+        seen.popitem(last=False)

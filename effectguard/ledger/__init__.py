@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from effectguard.errors import ConfigurationError
+from effectguard.ledger.anchor import AnchorHead
 from effectguard.ledger.protocol import EffectLedger
 
-__all__ = ["EffectLedger", "open_ledger"]
+__all__ = ["AnchorHead", "EffectLedger", "open_ledger"]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _DRIVERS = frozenset({"psycopg", "psycopg_pool"})

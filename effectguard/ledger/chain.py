@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from effectguard.fingerprint import canonical_json
+from effectguard.ledger.committed import COMMITTED, commitments
 from effectguard.model import EffectEvent, EffectStatus, EventType, VerifyProblem, VerifyReport
 
 if TYPE_CHECKING:
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GENESIS",
+    "HEAD_COLUMNS",
     "ChainedEvent",
     "Head",
     "UnreadableEvent",
@@ -39,6 +41,7 @@ __all__ = [
     "chain_document",
     "chain_hash",
     "check",
+    "check_row",
     "event_document",
     "from_micros",
     "relink",
@@ -72,9 +75,14 @@ def chain_document(
     attempt: int,
     at_micros: int,
     evidence: Mapping[str, Any],
+    commits: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Return the document an event's chain hash is computed over."""
-    return {
+    """Return the document an event's chain hash is computed over.
+
+    ``commits`` (see :func:`commitments`) is hashed only when there are some,
+    so every event written before they existed keeps its hash.
+    """
+    document = {
         "at": at_micros,
         "attempt": attempt,
         "evidence": dict(evidence),
@@ -84,6 +92,9 @@ def chain_document(
         "to": to_status.value,
         "type": type_.value,
     }
+    if commits:
+        document["commits"] = dict(commits)
+    return document
 
 
 def event_document(event: EffectEvent) -> dict[str, Any]:
@@ -97,6 +108,7 @@ def event_document(event: EffectEvent) -> dict[str, Any]:
         event.attempt,
         to_micros(event.at),
         event.evidence,
+        event.commits,
     )
 
 
@@ -113,8 +125,9 @@ def chain_hash(previous: bytes | None, document: Mapping[str, Any]) -> bytes:
     return digest.digest()
 
 
-#: One appended event as both backends store it: seq, type, from, to, attempt, evidence JSON, hash.
-ChainedEvent = tuple[int, str, str | None, str, int, str | None, bytes]
+#: One appended event as both backends store it: seq, type, from, to, attempt, evidence JSON,
+#: hash, commits JSON.
+ChainedEvent = tuple[int, str, str | None, str, int, str | None, bytes, str | None]
 
 
 def append(
@@ -123,16 +136,19 @@ def append(
     count: int,
     head: bytes | None,
     at_micros: int,
+    commits: Mapping[str, Any] | None = None,
 ) -> tuple[list[ChainedEvent], int, bytes | None]:
     """Hash ``drafts`` onto the chain of ``count`` events ending at ``head``, dated ``at_micros``.
 
     The one definition of the chain every backend writes and :func:`check`
-    checks. Returns the events as stored, the new event count and the new head.
+    checks. The first draft carries ``commits``. Returns the events as stored,
+    the new event count and the new head.
     """
     chained: list[ChainedEvent] = []
     for draft in drafts:
         count += 1
         evidence = dict(draft.evidence)
+        carried = commits if not chained else None
         document = chain_document(
             operation_id,
             count,
@@ -142,6 +158,7 @@ def append(
             draft.attempt,
             at_micros,
             evidence,
+            carried,
         )
         head = chain_hash(head, document)
         chained.append(
@@ -153,6 +170,7 @@ def append(
                 draft.attempt,
                 canonical_json(evidence) if evidence else None,
                 head,
+                canonical_json(dict(carried)) if carried else None,
             )
         )
     return chained, count, head
@@ -179,6 +197,7 @@ def relink(
             event.attempt,
             to_micros(at),
             event.evidence,
+            event.commits,
         )
         head = chain_hash(head, document)
         linked.append(
@@ -192,6 +211,7 @@ def relink(
                 at,
                 event.evidence,
                 head,
+                event.commits,
             )
         )
     return linked
@@ -290,8 +310,50 @@ def check(
     return problems
 
 
-#: What :func:`verify` reads of an operation row: id, event count, chain head, status.
-Head = tuple[str, int, bytes, str]
+def check_row(
+    operation_id: str,
+    stored: Mapping[str, Any],
+    events: Iterable[EffectEvent | UnreadableEvent],
+) -> tuple[list[VerifyProblem], bool]:
+    """Return every row field that differs from what its latest committing event says.
+
+    ``stored`` is :func:`commitments` of the operation's row as stored. Also
+    returns whether some field was never committed to (events written before
+    commitments existed): such a field cannot be checked, and is no problem.
+    """
+    latest: dict[str, tuple[int, Any]] = {}
+    for event in events:
+        if isinstance(event, EffectEvent):
+            for name, value in event.commits.items():
+                latest[name] = (event.seq, value)
+    problems = [
+        VerifyProblem(
+            operation_id,
+            latest[name][0],
+            f"operation field {name!r} does not match what event {latest[name][0]} committed "
+            "to (the operation row was edited)",
+        )
+        for name in COMMITTED
+        if name in latest and latest[name][1] != stored.get(name)
+    ]
+    return problems, any(name not in latest for name in COMMITTED)
+
+
+#: What :func:`verify` reads of an operation row: id, event count, chain head, status, then
+#: the committed columns (:data:`HEAD_COLUMNS`).
+Head = tuple[Any, ...]
+#: The committed columns :func:`verify` reads after id, count, head and status, in order.
+HEAD_COLUMNS = (
+    "fingerprint",
+    "provider_key",
+    "attempts",
+    "attempt_budget",
+    "arguments",
+    "output",
+    "provider_operation_id",
+    "lease_token",
+    "lease_owner",
+)
 
 
 def verify(
@@ -301,13 +363,15 @@ def verify(
 
     ``heads`` yields :data:`Head` rows; ``events`` yields every event ordered
     by operation id and seq. Both are streamed, so memory holds one chain at a
-    time. Events whose operation row is missing are reported as orphans.
+    time. Events whose operation row is missing are reported as orphans; a row
+    field that differs from what its latest committing event says is reported
+    by name.
     """
     problems: list[VerifyProblem] = []
-    operations = events_checked = 0
+    operations = events_checked = uncovered = 0
     stream: Iterator[EffectEvent | UnreadableEvent] = iter(events)
     pending = next(stream, None)
-    for operation_id, count, head, status in heads:
+    for operation_id, count, head, status, *fields in heads:
         operations += 1
         chain = []
         while pending is not None and pending.operation_id < operation_id:
@@ -318,7 +382,11 @@ def verify(
             pending = next(stream, None)
         events_checked += len(chain)
         problems.extend(check(operation_id, count, bytes(head), chain, status))
+        stored = commitments(dict(zip(HEAD_COLUMNS, fields, strict=True)))
+        edited, partial = check_row(operation_id, stored, chain)
+        problems.extend(edited)
+        uncovered += partial
     while pending is not None:
         problems.extend(check(pending.operation_id, 0, b"", [pending]))
         pending = next(stream, None)
-    return VerifyReport(operations, events_checked, tuple(problems))
+    return VerifyReport(operations, events_checked, tuple(problems), uncovered)

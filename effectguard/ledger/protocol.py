@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from effectguard.ledger.anchor import AnchorHead
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -194,8 +195,15 @@ class EffectLedger(Protocol):
         """
         ...
 
-    def verify(self) -> VerifyReport:
-        """Check every operation's event chain against the head and count kept on its row."""
+    def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
+        """Check every chain, every row against its events, and the claims anchor.
+
+        Reports an edited, reordered or deleted event; a row field that differs
+        from what the latest event setting it committed to; an operation that
+        was claimed but whose row is gone; and a broken anchor. With ``anchor``
+        (a head exported earlier, kept outside the ledger) it also reports an
+        anchor that no longer extends it: deletions that rewrote the anchor too.
+        """
         ...
 
     def confirm(

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from effectguard.ledger import chain
+from effectguard.ledger import chain, committed
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, NewOperation
 from effectguard.ledger.values import Kind, as_utc, dumper, loader, same_micros, status
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord
@@ -108,6 +108,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
     Column("at", Kind.TIME, "at_us", "at"),
     _column("evidence", Kind.EVIDENCE),
     _column("hash", Kind.BYTES),
+    _column("commits", Kind.EVIDENCE),
 )
 
 _RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(OperationRecord))
@@ -246,24 +247,29 @@ class Rows:
         count: int,
         head: bytes | None,
         now_us: int,
+        commits: Mapping[str, Any] | None = None,
     ) -> tuple[list[tuple[Any, ...]], int, bytes | None]:
         """Hash ``drafts`` onto the chain of ``count`` events ending at ``head``, dated ``now_us``.
 
-        Returns their event rows, the new event count and the new chain head.
+        The first draft carries ``commits``. Returns their event rows, the new
+        event count and the new chain head.
         """
-        chained, count, head = chain.append(operation_id, drafts, count, head, now_us)
+        chained, count, head = chain.append(operation_id, drafts, count, head, now_us, commits)
         at = self.store_time(now_us)
         rows = [
-            (operation_id, seq, kind, from_, to, attempt, at, evidence, digest)
-            for seq, kind, from_, to, attempt, evidence, digest in chained
+            (operation_id, seq, kind, from_, to, attempt, at, evidence, digest, committed)
+            for seq, kind, from_, to, attempt, evidence, digest, committed in chained
         ]
         return rows, count, head
 
     def created(
         self, operation: NewOperation, drafts: Sequence[EventDraft], now_us: int
     ) -> tuple[tuple[Any, ...], list[tuple[Any, ...]]]:
-        """Return the row of ``operation`` as first claimed at ``now_us``, and its event rows."""
-        events, count, head = self.appended(operation.operation_id, drafts, 0, None, now_us)
+        """Return the row of ``operation`` as first claimed at ``now_us``, and its event rows.
+
+        The claim's first event commits to the row's identity and budget
+        (:func:`~effectguard.ledger.committed.commitments`).
+        """
         lease = operation.lease
         fields: dict[str, Any] = {
             "operation_id": operation.operation_id,
@@ -286,14 +292,19 @@ class Rows:
             "created_at": now_us,
             "updated_at": now_us,
             "first_dispatched_at": now_us,
-            "event_count": count,
-            "event_head": head or b"",
+            "event_count": 0,
+            "event_head": b"",
         }
-        values = tuple(
-            fields[c.field] if dump is None else dump(fields[c.field])
+        stored = {
+            c.name_in(self.backend): fields[c.field] if dump is None else dump(fields[c.field])
             for c, dump in zip(OPERATION_COLUMNS, self._dump, strict=True)
+        }
+        events, count, head = self.appended(
+            operation.operation_id, drafts, 0, None, now_us, committed.commitments(stored)
         )
-        return values, events
+        stored[self.name("event_count")] = count
+        stored[self.name("event_head")] = head or b""
+        return tuple(stored.values()), events
 
     def changed_columns(self, changes: Changes, now_us: int) -> dict[str, Any]:
         """Return each column ``changes`` sets, by name, as stored; a lease runs from ``now_us``."""
@@ -332,7 +343,8 @@ class Rows:
         Also returns the event rows, which extend the chain from the head kept on ``row``.
         """
         values = dict(zip(self.operation_columns, row, strict=True))
-        values.update(self.changed_columns(changes, now_us))
+        changed = self.changed_columns(changes, now_us)
+        values.update(changed)
         count, head = self.name("event_count"), self.name("event_head")
         events, values[count], new_head = self.appended(
             values[self.name("operation_id")],
@@ -340,6 +352,7 @@ class Rows:
             values[count],
             bytes(values[head]) or None,
             now_us,
+            committed.commitments(changed),
         )
         values[head] = new_head or b""
         values[self.name("updated_at")] = self.store_time(now_us)

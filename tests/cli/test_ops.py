@@ -172,7 +172,16 @@ def test_verify_passes_an_intact_ledger(run: Run, quarantined: FakePaymentProvid
     """Verify checks every chain and exits 0 when all are intact."""
     assert run("verify").stdout == "checked 1 operations and 5 events\n"
     report = parsed(run("verify", "--json"))
-    assert report == {"ok": True, "operations_checked": 1, "events_checked": 5, "problems": []}
+    anchor = report.pop("anchor")
+    assert report == {
+        "ok": True,
+        "operations_checked": 1,
+        "events_checked": 5,
+        "problems": [],
+        "operations_uncovered": 0,
+    }
+    assert anchor["count"] == 1
+    assert len(bytes.fromhex(anchor["running"])) == 32
 
 
 def test_verify_names_the_tampered_operation_and_event(tmp_path: Path) -> None:

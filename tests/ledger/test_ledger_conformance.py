@@ -248,7 +248,7 @@ def test_a_transition_whose_events_cannot_be_stored_changes_nothing(ledger, ledg
     # A stray third event makes the transition's own third event collide.
     ledger_sql(
         "INSERT INTO events SELECT operation_id, 3, type, from_status, to_status, attempt,"
-        " {at}, evidence, hash FROM events WHERE operation_id = ? AND seq = 2",
+        " {at}, evidence, hash, commits FROM events WHERE operation_id = ? AND seq = 2",
         claimed.operation_id,
     )
     with pytest.raises(LedgerUnavailableError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from dataclasses import replace
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -15,7 +16,7 @@ from effectguard.errors import (
     LedgerSchemaError,
     LedgerUnavailableError,
 )
-from effectguard.ledger import open_ledger
+from effectguard.ledger import chain, open_ledger
 from effectguard.ledger.protocol import EventDraft, Lease, NewOperation
 from effectguard.model import EffectStatus, EventType, LeaseOwner
 
@@ -47,6 +48,27 @@ def query(url: str, statement: str) -> list[tuple[object, ...]]:
         return cursor.fetchall() if cursor.description else []
 
 
+def unchain_to_version_2(url: str, ledger: PostgresEffectLedger, operation_id: str) -> None:
+    """Turn ``ledger`` back into a version-2 one: no anchor, events hashed without commitments."""
+    schema = ledger.schema
+    linked = chain.relink(
+        operation_id, [replace(event, commits={}) for event in ledger.events(operation_id)]
+    )
+    with psycopg.connect(url, autocommit=True) as conn:
+        for event in linked:
+            conn.execute(
+                f'UPDATE "{schema}".events SET hash = %s WHERE operation_id = %s AND seq = %s',  # noqa: S608 - schema and table names are the test's own, never input
+                (event.hash, operation_id, event.seq),
+            )
+        conn.execute(
+            f'UPDATE "{schema}".operations SET event_head = %s WHERE operation_id = %s',  # noqa: S608 - schema and table names are the test's own, never input
+            (linked[-1].hash, operation_id),
+        )
+        conn.execute(f'DROP TABLE "{schema}".claims, "{schema}".claims_head')
+        conn.execute(f'ALTER TABLE "{schema}".events DROP COLUMN commits')
+        conn.execute(f'DELETE FROM "{schema}".effectguard_migrations WHERE version > 2')  # noqa: S608 - schema and table names are the test's own, never input
+
+
 def versions(url: str, schema: str) -> list[int]:
     rows = query(url, f'SELECT version FROM "{schema}".effectguard_migrations ORDER BY version')  # noqa: S608 - schema and table names are the test's own, never input
     return [int(version) for (version,) in rows]
@@ -63,7 +85,13 @@ def test_a_fresh_ledger_is_created_in_its_own_schema(postgres_url, postgres_sche
         postgres_url,
         f"SELECT tablename FROM pg_tables WHERE schemaname = '{schema}' ORDER BY 1",  # noqa: S608 - schema and table names are the test's own, never input
     )
-    assert tables == [("effectguard_migrations",), ("events",), ("operations",)]
+    assert tables == [
+        ("claims",),
+        ("claims_head",),
+        ("effectguard_migrations",),
+        ("events",),
+        ("operations",),
+    ]
 
 
 def test_the_schema_comes_from_the_argument_or_the_url_else_effectguard():
@@ -82,13 +110,17 @@ def test_an_older_ledger_is_migrated_forward_keeping_its_data(postgres_url, post
     with PostgresEffectLedger(postgres_target) as ledger:
         ledger.claim(operation(), CLAIM_EVENTS)
         schema = ledger.schema
+        unchain_to_version_2(postgres_url, ledger, "op-1")
     for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
         query(postgres_url, f'DROP INDEX "{schema}".{index}')
     query(postgres_url, f'DELETE FROM "{schema}".effectguard_migrations WHERE version > 1')  # noqa: S608 - schema and table names are the test's own, never input
     with PostgresEffectLedger(postgres_target) as ledger:
         assert ledger.get("op-1").status is EffectStatus.DISPATCHED
-        assert ledger.verify().ok
-    assert versions(postgres_url, schema) == [1, 2]
+        report = ledger.verify()
+        assert report.ok
+        # Anchored at migration; its events predate row commitments, so its fields are not.
+        assert (report.anchored, report.operations_uncovered) == (1, 1)
+    assert versions(postgres_url, schema) == list(range(1, SCHEMA_VERSION + 1))
     indexes = query(
         postgres_url,
         f"SELECT count(*) FROM pg_indexes WHERE schemaname = '{schema}'"  # noqa: S608 - schema and table names are the test's own, never input

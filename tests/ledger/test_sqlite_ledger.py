@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sqlite3
 import stat
@@ -18,6 +19,7 @@ from effectguard import (
     LedgerSchemaError,
     SQLiteEffectLedger,
 )
+from effectguard.ledger import chain
 from effectguard.ledger.sqlite.ledger import APPLICATION_ID, SCHEMA_VERSION
 from effectguard.testkit import FakePaymentProvider
 
@@ -83,6 +85,8 @@ def test_an_older_schema_is_migrated_forward_keeping_its_operations(tmp_path):
     conn = sqlite3.connect(path, isolation_level=None)
     for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
         conn.execute(f"DROP INDEX {index}")
+    conn.execute("DROP TABLE claims")
+    conn.execute("ALTER TABLE events DROP COLUMN commits")
     conn.execute("PRAGMA user_version = 1")
     conn.close()
 
@@ -228,3 +232,36 @@ def test_close_waits_for_a_statement_running_in_another_thread(tmp_path):
     closer.join(10)
     assert seen == [1]
     assert not closer.is_alive()
+
+
+def test_a_version_2_ledger_is_anchored_on_migration_and_reports_its_legacy_rows(tmp_path):
+    """Migrating anchors existing operations; their uncommitted fields are counted, not failed."""
+    path = tmp_path / "v2.db"
+    with SQLiteEffectLedger(path) as ledger:
+        _confirm_one(ledger)
+        # Rehash the chain as effectguard wrote it before events committed to the row.
+        linked = chain.relink(
+            OPERATION, [dataclasses.replace(e, commits={}) for e in ledger.events(OPERATION)]
+        )
+    conn = sqlite3.connect(path, isolation_level=None)
+    for event in linked:
+        conn.execute(
+            "UPDATE events SET hash = ?, commits = NULL WHERE operation_id = ? AND seq = ?",
+            (event.hash, OPERATION, event.seq),
+        )
+    conn.execute("UPDATE operations SET event_head = ?", (linked[-1].hash,))
+    conn.execute("DROP TABLE claims")
+    conn.execute("ALTER TABLE events DROP COLUMN commits")
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+
+    with SQLiteEffectLedger(path) as ledger:
+        report = ledger.verify()
+        assert report.ok, report.problems
+        assert (report.anchored, report.operations_uncovered) == (1, 1)
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("DELETE FROM events")
+        conn.execute("DELETE FROM operations")
+        conn.close()
+        gone = ledger.verify().problems
+        assert [(p.operation_id, "row is gone" in p.problem) for p in gone] == [(OPERATION, True)]

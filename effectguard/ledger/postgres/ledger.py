@@ -70,7 +70,9 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.fingerprint import check_operation_id
-from effectguard.ledger import bulk, chain
+from effectguard.ledger import anchor as anchors
+from effectguard.ledger import bulk, chain, committed
+from effectguard.ledger.anchor import AnchorHead
 from effectguard.ledger.postgres import rows
 from effectguard.ledger.postgres.connections import (
     Connection,
@@ -80,6 +82,7 @@ from effectguard.ledger.postgres.connections import (
 )
 from effectguard.ledger.postgres.recent import Recent
 from effectguard.ledger.postgres.sql import (
+    ANCHOR_MIGRATION,
     SCHEMA_VERSION,
     Statements,
     advisory_lock_key,
@@ -193,6 +196,21 @@ class PostgresEffectLedger(OperatorResolution):
                 for number in range(version + 1, SCHEMA_VERSION + 1):
                     conn.execute(self._sql.migration(number))
                     conn.execute(self._sql.record_version, (number,))
+                    if number == ANCHOR_MIGRATION:
+                        self._anchor_unanchored(conn)
+
+    def _anchor_unanchored(self, conn: Connection) -> None:
+        """Anchor every operation not yet anchored, in id order (migration, bulk load)."""
+        head = conn.execute(self._sql.anchor_head + " FOR UPDATE").fetchone()
+        if head is None:
+            msg = f"the claims anchor of schema {self.schema!r} has no head row"
+            raise InternalError(msg)
+        seq, running = int(head[0]), bytes(head[1])
+        for operation_id, first in conn.execute(self._sql.unanchored).fetchall():
+            claim_hash = b"" if first is None else bytes(first)
+            seq += 1
+            running = anchors.advance(running, operation_id, claim_hash)
+            conn.execute(self._sql.anchor_many, (seq, operation_id, running))
 
     def _inspect(self, conn: Connection) -> _SchemaState:
         """Return (schema exists, version table exists, ledger tables exist, version)."""
@@ -374,10 +392,15 @@ class PostgresEffectLedger(OperatorResolution):
             if problem is not None:
                 msg = f"write to operation {operation_id!r} refused: {problem}"
                 raise FencedWriteError(msg)
-            params = rows.chain_parameters(
-                operation_id, events, current.event_count, current.event_head, moment
-            )
             columns = POSTGRES.changed_columns(changes, chain.to_micros(moment))
+            params = rows.chain_parameters(
+                operation_id,
+                events,
+                current.event_count,
+                current.event_head,
+                moment,
+                committed.commitments(columns),
+            )
             params.update(columns)
             params.update(
                 operation_id=operation_id,
@@ -472,11 +495,22 @@ class PostgresEffectLedger(OperatorResolution):
 
         return [POSTGRES.event(row) for row in self._db.read(work)]
 
-    def verify(self) -> VerifyReport:
+    def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`; streams, so memory holds one chain at a time."""
-        return self._db.read(self._verify)
+        return self._db.read(lambda conn: self._verify(conn, anchor))
 
-    def _verify(self, conn: Connection) -> VerifyReport:
+    def anchor_head(self) -> AnchorHead:
+        """See :meth:`EffectLedger.anchor_head`."""
+
+        def work(conn: Connection) -> tuple[Any, ...] | None:
+            return conn.execute(self._sql.anchor_head).fetchone()
+
+        row = self._db.read(work)
+        return (
+            AnchorHead(0, anchors.START) if row is None else AnchorHead(int(row[0]), bytes(row[1]))
+        )
+
+    def _verify(self, conn: Connection, anchor: AnchorHead | None) -> VerifyReport:
         with (
             conn.transaction(),
             conn.cursor(name="effectguard_verify_heads") as heads,
@@ -487,7 +521,12 @@ class PostgresEffectLedger(OperatorResolution):
             heads.itersize = event_rows.itersize = _VERIFY_BATCH
             heads.execute(self._sql.verify_heads)
             event_rows.execute(self._sql.verify_events)
-            return chain.verify(heads, map(POSTGRES.read_event, event_rows))
+            report = chain.verify(heads, map(POSTGRES.read_event, event_rows))
+            unanchored = [row[0] for row in conn.execute(self._sql.unanchored)]
+            with conn.cursor(name="effectguard_verify_claims") as claims:
+                claims.itersize = _VERIFY_BATCH
+                claims.execute(self._sql.verify_claims)
+                return anchors.merged(report, *anchors.check(claims, unanchored, anchor))
 
     def bulk_load(self, operations: bulk.Loadable) -> int:
         """Write ``operations`` and their events as given, in one transaction; return how many.
@@ -513,6 +552,7 @@ class PostgresEffectLedger(OperatorResolution):
                                 for row in values:
                                     copy.write_row(row)
                         loaded += len(operation_rows)
+                    self._anchor_unanchored(conn)
                 conn.execute(self._sql.analyze)
         except LedgerUnavailableError as exc:
             if getattr(exc.__cause__, "sqlstate", None) == _UNIQUE_VIOLATION:

@@ -8,11 +8,11 @@ whose events go in as ``e_*`` arrays, and converts times.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from effectguard.ledger import chain
+from effectguard.ledger import anchor, chain
 from effectguard.ledger.protocol import EventDraft, NewOperation
 from effectguard.ledger.schema import POSTGRES
 
@@ -20,7 +20,7 @@ __all__ = ["after", "chain_parameters", "created", "moment", "utc"]
 
 _MICROSECOND = timedelta(microseconds=1)
 # The e_* arrays, in event-row order after operation_id (at is one parameter for all).
-_ARRAYS = ("seq", "type", "from", "to", "attempt", None, "evidence", "hash")
+_ARRAYS = ("seq", "type", "from", "to", "attempt", None, "evidence", "hash", "commits")
 
 
 def utc(value: datetime) -> datetime:
@@ -54,14 +54,15 @@ def chain_parameters(
     count: int,
     head: bytes,
     at: datetime,
+    commits: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Hash ``events`` onto the chain of ``count`` events ending at ``head``, all dated ``at``.
 
-    Returns the statement parameters that insert them (``e_*`` arrays), with
-    ``at``, ``new_count`` and ``new_head``.
+    The first event carries ``commits``. Returns the statement parameters that
+    insert them (``e_*`` arrays), with ``at``, ``new_count`` and ``new_head``.
     """
     event_rows, count, previous = POSTGRES.appended(
-        operation_id, events, count, head or None, chain.to_micros(at)
+        operation_id, events, count, head or None, chain.to_micros(at), commits
     )
     parameters = _arrays(event_rows)
     parameters.update(at=at, new_count=count, new_head=previous or b"")
@@ -76,4 +77,7 @@ def created(operation: NewOperation, events: Sequence[EventDraft], at: datetime)
     values, event_rows = POSTGRES.created(operation, events, chain.to_micros(at))
     parameters = dict(zip(POSTGRES.operation_columns, values, strict=True))
     parameters.update(_arrays(event_rows), at=at)
+    # The anchor commits to the claim's first event (see effectguard.ledger.anchor).
+    claim_hash = bytes(parameters["e_hash"][0]) if event_rows else b""
+    parameters.update(anchor_item=anchor.item(operation.operation_id, claim_hash))
     return parameters

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from effectguard.errors import ConfigurationError
+from effectguard.ledger import chain
 from effectguard.ledger.schema import EVENT_COLUMNS
 from effectguard.ledger.schema import OPERATION_COLUMNS as _OPERATIONS
 from effectguard.ledger.schema import POSTGRES as _ROWS
@@ -83,7 +84,26 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_by_contract ON {s}.operations (contract, updated_at);
     CREATE INDEX operations_by_update ON {s}.operations (updated_at);
     """,
+    # 3: events commit to the row fields they set; every claim is anchored ledger-wide.
+    # claims_head is the one row every claim updates, which orders concurrent claims
+    # (existing operations are anchored by the ledger in the same transaction).
+    """
+    ALTER TABLE {s}.events ADD COLUMN commits json;
+    CREATE TABLE {s}.claims (
+        seq bigint PRIMARY KEY,
+        operation_id text COLLATE "C" NOT NULL,
+        running bytea NOT NULL
+    );
+    CREATE TABLE {s}.claims_head (
+        only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+        count bigint NOT NULL,
+        running bytea NOT NULL
+    );
+    INSERT INTO {s}.claims_head (count, running) VALUES (0, '');
+    """,
 )
+#: The migration that created the claims anchor.
+ANCHOR_MIGRATION = 3
 
 #: The schema version this library writes; older ledgers are migrated forward on open.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -245,10 +265,11 @@ class Statements:
         return (
             f"INSERT INTO {self.qualified}.events ({', '.join(_ROWS.event_columns)})"
             " SELECT op.operation_id, e.seq, e.type, e.from_status, e.to_status, e.attempt,"
-            " %(at)s, e.evidence::json, e.hash FROM op, unnest(%(e_seq)s::integer[],"
-            " %(e_type)s::text[], %(e_from)s::text[], %(e_to)s::text[], %(e_attempt)s::integer[],"
-            " %(e_evidence)s::text[], %(e_hash)s::bytea[])"
-            " AS e(seq, type, from_status, to_status, attempt, evidence, hash)"
+            " %(at)s, e.evidence::json, e.hash, e.commits::json FROM op,"
+            " unnest(%(e_seq)s::integer[], %(e_type)s::text[], %(e_from)s::text[],"
+            " %(e_to)s::text[], %(e_attempt)s::integer[], %(e_evidence)s::text[],"
+            " %(e_hash)s::bytea[], %(e_commits)s::text[])"
+            " AS e(seq, type, from_status, to_status, attempt, evidence, hash, commits)"
         )
 
     @property
@@ -262,7 +283,14 @@ class Statements:
         return (
             f"WITH op AS (INSERT INTO {self.qualified}.operations AS o ({names}) VALUES ({values})"
             f" ON CONFLICT (operation_id) DO NOTHING RETURNING {_select_list('o')}),"
-            f" ev AS ({self._insert_events}) SELECT * FROM op"
+            f" ev AS ({self._insert_events}),"
+            # Only a claim that inserted its row advances the anchor; updating the one head
+            # row orders concurrent claims, and re-reads it after waiting (READ COMMITTED).
+            f" head AS (UPDATE {self.qualified}.claims_head AS h SET count = h.count + 1,"
+            " running = sha256(h.running || %(anchor_item)s) WHERE EXISTS (SELECT 1 FROM op)"
+            " RETURNING h.count, h.running),"
+            f" anchor AS (INSERT INTO {self.qualified}.claims (seq, operation_id, running)"
+            " SELECT head.count, %(operation_id)s, head.running FROM head) SELECT * FROM op"
         )
 
     def transition(self, columns: Iterable[str], conditions: Iterable[str]) -> str:
@@ -306,10 +334,50 @@ class Statements:
 
     @property
     def verify_heads(self) -> str:
-        """Every operation's chain head, in operation-id order."""
+        """Every operation's chain head and committed columns, in operation-id order."""
+        columns = ", ".join(
+            f"{name}::text" if name in _JSON_COLUMNS else name for name in chain.HEAD_COLUMNS
+        )
         return (
-            "SELECT operation_id, event_count, event_head, status"
+            f"SELECT operation_id, event_count, event_head, status, {columns}"
             f" FROM {self.qualified}.operations ORDER BY operation_id"
+        )
+
+    @property
+    def verify_claims(self) -> str:
+        """Every anchored claim in order, whether its operation exists, and its first event hash."""
+        s = self.qualified
+        return (
+            "SELECT c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL,"
+            f" e.hash FROM {s}.claims AS c LEFT JOIN {s}.operations AS o"
+            f" ON o.operation_id = c.operation_id LEFT JOIN {s}.events AS e"
+            " ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.seq"
+        )
+
+    @property
+    def unanchored(self) -> str:
+        """Operations not in the anchor, with their first event's hash, in id order."""
+        s = self.qualified
+        # No index on claims.operation_id (it would cost every claim): a set difference.
+        return (
+            f"SELECT u.operation_id, e.hash FROM (SELECT operation_id FROM {s}.operations"
+            f" EXCEPT SELECT operation_id FROM {s}.claims) AS u LEFT JOIN {s}.events AS e"
+            " ON e.operation_id = u.operation_id AND e.seq = 1 ORDER BY u.operation_id"
+        )
+
+    @property
+    def anchor_head(self) -> str:
+        """The anchor's head row, locked (anchoring existing operations) or read."""
+        return f"SELECT count, running FROM {self.qualified}.claims_head"
+
+    @property
+    def anchor_many(self) -> str:
+        """Append one claim to the anchor and set the head to it."""
+        s = self.qualified
+        return (
+            f"WITH a AS (INSERT INTO {s}.claims (seq, operation_id, running)"
+            " VALUES (%s, %s, %s) RETURNING seq, running)"
+            f" UPDATE {s}.claims_head SET count = a.seq, running = a.running FROM a"
         )
 
     @property

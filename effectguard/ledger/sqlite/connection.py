@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
@@ -54,6 +54,9 @@ class FileFormat:
     noun: str
     application_id: int
     migrations: tuple[str, ...]
+    #: Data migrations: ``after[n](conn)`` runs right after migration ``n``'s statements,
+    #: in the same transaction (for example, filling a table that migration created).
+    after: Mapping[int, Callable[[sqlite3.Connection], None]] = field(default_factory=dict)
 
     @property
     def version(self) -> int:
@@ -146,6 +149,9 @@ def migrate(conn: sqlite3.Connection, fmt: FileFormat) -> None:
             for statement in fmt.migrations[number - 1].split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            data = fmt.after.get(number)
+            if data is not None:
+                data(conn)
         conn.execute(f"PRAGMA user_version = {fmt.version}")
         conn.execute(f"PRAGMA application_id = {fmt.application_id}")
 

@@ -32,7 +32,9 @@ from effectguard.errors import (
     OperationNotFoundError,
 )
 from effectguard.fingerprint import check_operation_id
+from effectguard.ledger import anchor as anchors
 from effectguard.ledger import bulk, chain
+from effectguard.ledger.anchor import AnchorHead
 from effectguard.ledger.protocol import (
     Changes,
     EventDraft,
@@ -42,6 +44,7 @@ from effectguard.ledger.protocol import (
 )
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.ledger.schema import SQLITE
+from effectguard.ledger.sqlite import anchoring
 from effectguard.ledger.sqlite.connection import (
     connect,
     current,
@@ -91,6 +94,15 @@ _INSERT_EVENT = (
 # A bulk load must fail on an id that is taken, not skip it.
 _INSERT_LOADED = _INSERT_OPERATION.removesuffix(" ON CONFLICT (operation_id) DO NOTHING")
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?"
+_VERIFY_CLAIMS = (
+    "SELECT c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL, e.hash"
+    " FROM claims AS c LEFT JOIN operations AS o ON o.operation_id = c.operation_id"
+    " LEFT JOIN events AS e ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.seq"
+)
+_VERIFY_HEADS = (
+    f"SELECT operation_id, event_count, event_head, status, {', '.join(chain.HEAD_COLUMNS)}"
+    " FROM operations ORDER BY operation_id"
+)
 # Every column but the key, in column order, then the key.
 _UPDATE_OPERATION = (
     f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.operation_columns[1:])}"
@@ -396,6 +408,8 @@ class SQLiteEffectLedger(OperatorResolution):
                     raise InternalError(msg)
                 return rows.record(row, now_us), False
             conn.executemany(_INSERT_EVENT, events_rows)
+            first = events_rows[0][8] if events_rows else b""
+            anchoring.anchor(conn, [(operation.operation_id, first)])
             return rows.record(values, now_us), True
 
         return self._write(work, operation.operation_id)
@@ -500,26 +514,39 @@ class SQLiteEffectLedger(OperatorResolution):
 
         return self._read(work, [])
 
-    def verify(self) -> VerifyReport:
+    def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`."""
 
         def work(conn: _Connection) -> VerifyReport:
             # One read transaction, so the chains are checked against one snapshot.
             conn.execute("BEGIN")
             try:
-                return self._verify(conn)
+                return self._verify(conn, anchor)
             finally:
                 conn.execute("COMMIT")
 
-        return self._read(work, VerifyReport(0, 0, ()))
+        empty = VerifyReport(0, 0, ())
+        if anchor is not None and anchor.count:
+            empty = anchors.merged(empty, *anchors.check((), (), anchor))
+        return self._read(work, empty)
 
-    def _verify(self, conn: _Connection) -> VerifyReport:
-        heads = conn.execute(
-            "SELECT operation_id, event_count, event_head, status"
-            " FROM operations ORDER BY operation_id"
-        )
+    def _verify(self, conn: _Connection, anchor: AnchorHead | None) -> VerifyReport:
+        heads = conn.execute(_VERIFY_HEADS)
         events = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
-        return chain.verify(heads, map(rows.read_event, events))
+        report = chain.verify(heads, map(rows.read_event, events))
+        unanchored = [row[0] for row in conn.execute(anchoring.UNANCHORED)]
+        return anchors.merged(
+            report, *anchors.check(conn.execute(_VERIFY_CLAIMS), unanchored, anchor)
+        )
+
+    def anchor_head(self) -> AnchorHead:
+        """See :meth:`EffectLedger.anchor_head`."""
+
+        def work(conn: _Connection) -> AnchorHead:
+            last = conn.execute(anchoring.LAST_CLAIM).fetchone()
+            return AnchorHead(0, anchors.START) if last is None else AnchorHead(*last)
+
+        return self._read(work, AnchorHead(0, anchors.START))
 
     def bulk_load(self, operations: bulk.Loadable) -> int:
         """Write ``operations`` and their events as given, in one transaction; return how many.
@@ -542,6 +569,7 @@ class SQLiteEffectLedger(OperatorResolution):
                     conn.executemany(_INSERT_LOADED, operation_rows)
                     conn.executemany(_INSERT_EVENT, event_rows)
                     loaded += len(operation_rows)
+                anchoring.anchor_unanchored(conn)
             except sqlite3.IntegrityError as exc:
                 raise bulk.duplicate_error(f"ledger {self.path}", exc) from exc
             finally:

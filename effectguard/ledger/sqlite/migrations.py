@@ -7,9 +7,10 @@ checkpoint store alike.
 
 from __future__ import annotations
 
+from effectguard.ledger.sqlite import anchoring
 from effectguard.ledger.sqlite.connection import FileFormat
 
-__all__ = ["APPLICATION_ID", "FORMAT", "MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["ANCHOR_MIGRATION", "APPLICATION_ID", "FORMAT", "MIGRATIONS", "SCHEMA_VERSION"]
 
 #: ``PRAGMA application_id`` of every effectguard ledger file ("EGLD").
 APPLICATION_ID = 0x45474C44
@@ -60,10 +61,25 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_by_contract ON operations (contract, updated_us);
     CREATE INDEX operations_by_update ON operations (updated_us);
     """,
+    # 3: events commit to the row fields they set; every claim is anchored ledger-wide
+    # (the operations already there are anchored right after, in the same transaction).
+    """
+    ALTER TABLE events ADD COLUMN commits TEXT;
+    CREATE TABLE claims (
+        seq INTEGER PRIMARY KEY,
+        operation_id TEXT NOT NULL,
+        running BLOB NOT NULL
+    );
+    """,
 )
 
 #: The schema version this library writes; older files are migrated forward on open.
 SCHEMA_VERSION = len(MIGRATIONS)
 
+#: The migration that created the claims anchor.
+ANCHOR_MIGRATION = 3
+
 #: The ledger's file format (the shared opening and migration code reads it).
-FORMAT = FileFormat("ledger", APPLICATION_ID, MIGRATIONS)
+FORMAT = FileFormat(
+    "ledger", APPLICATION_ID, MIGRATIONS, after={ANCHOR_MIGRATION: anchoring.anchor_unanchored}
+)
