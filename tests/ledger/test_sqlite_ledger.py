@@ -20,7 +20,7 @@ from effectguard import (
     SQLiteEffectLedger,
 )
 from effectguard.ledger import chain
-from effectguard.ledger.sqlite.ledger import APPLICATION_ID, SCHEMA_VERSION
+from effectguard.ledger.sqlite.migrations import APPLICATION_ID, SCHEMA_VERSION
 from effectguard.testkit import FakePaymentProvider
 
 

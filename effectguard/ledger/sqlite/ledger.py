@@ -10,25 +10,20 @@ WAL does not work across hosts or on network file systems: use PostgreSQL there.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, TypeVar
 
 from effectguard.errors import (
     ConfigurationError,
     FencedWriteError,
     InternalError,
-    LedgerError,
-    LedgerLockedError,
     LedgerNotFoundError,
-    LedgerSchemaError,
-    LedgerUnavailableError,
     OperationNotFoundError,
 )
 from effectguard.fingerprint import check_operation_id
@@ -45,26 +40,11 @@ from effectguard.ledger.protocol import (
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.ledger.schema import SQLITE
 from effectguard.ledger.sqlite import anchoring
-from effectguard.ledger.sqlite.connection import (
-    connect,
-    current,
-    inspect,
-    migrate,
-    refusal,
-    write_transaction,
-)
 from effectguard.ledger.sqlite.files import (
     FileIdentity,
-    create_private_file,
-    enable_wal,
-    file_identity,
-    file_version,
-    orphaned_journal,
-    read_only_uri,
-    replaced_error,
-    unchanged,
 )
-from effectguard.ledger.sqlite.migrations import APPLICATION_ID, FORMAT, SCHEMA_VERSION
+from effectguard.ledger.sqlite.handle import Connection, LedgerFile
+from effectguard.ledger.sqlite.migrations import SCHEMA_VERSION
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -124,21 +104,7 @@ def _seconds(value: object) -> bool:
     )
 
 
-class _Connection(sqlite3.Connection):
-    """A connection that can be weakly referenced, so dead threads' connections are collected.
-
-    ``in_use`` is held while its thread works on it, so that :meth:`SQLiteEffectLedger.close`
-    from another thread waits instead of closing it mid-statement (which can crash the process).
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.in_use = threading.Lock()
-        # Set on a read-only connection that reads without locks (see files.read_only_uri).
-        self.unlocked_at: tuple[int, int, bool] | None = None
-
-
-class SQLiteEffectLedger(OperatorResolution):
+class SQLiteEffectLedger(LedgerFile, OperatorResolution):
     """An :class:`~effectguard.ledger.protocol.EffectLedger` in one SQLite file.
 
     The file is created with mode 0600 on the first write, never by a read;
@@ -185,7 +151,7 @@ class SQLiteEffectLedger(OperatorResolution):
         self.busy_timeout = busy_timeout
         self._clock = clock or time.time
         self._local = threading.local()
-        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._connections: weakref.WeakSet[Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._closed = False
         self._ready = False
@@ -202,190 +168,11 @@ class SQLiteEffectLedger(OperatorResolution):
     def __repr__(self) -> str:
         return f"SQLiteEffectLedger({str(self.path)!r})"
 
-    # -- connections -----------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _translate(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise self._translated(exc) from exc
-
-    def _translated(self, exc: sqlite3.Error) -> LedgerError:
-        """The ledger error a driver error surfaces as (the caller raises it ``from exc``)."""
-        if isinstance(exc, sqlite3.OperationalError):
-            text = str(exc)
-            if "locked" in text or "busy" in text:
-                return self._locked()
-            return LedgerUnavailableError(f"ledger {self.path} is unavailable: {text}")
-        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
-            return LedgerSchemaError(f"{self.path} is not a SQLite database")
-        return LedgerUnavailableError(f"ledger {self.path} failed: {exc}")
-
-    def _locked(self) -> LedgerLockedError:
-        return LedgerLockedError(
-            f"ledger {self.path} is locked by another writer "
-            f"(waited the busy timeout of {self.busy_timeout:g}s)"
-        )
-
-    def _create_file(self) -> None:
-        if self._identity is not None:
-            # This process knew a ledger here: a new empty one would forget its records.
-            raise replaced_error(self.path, None, found="it is gone")
-        journal = orphaned_journal(self.path)
-        if journal is not None:
-            msg = (
-                f"cannot create ledger {self.path}: {journal.name} exists without it, so the "
-                "ledger file was deleted and a new ledger here would dispatch again what it "
-                f"recorded; restore {self.path.name}, or delete its -wal and -shm files to "
-                "start a new, empty ledger on purpose"
-            )
-            raise LedgerUnavailableError(msg)
-        try:
-            create_private_file(self.path)
-        except OSError as exc:
-            msg = f"cannot create ledger {self.path}: {exc.strerror}"
-            raise LedgerUnavailableError(msg) from exc
-
-    def _sqlite_connect(self, target: str | Path) -> _Connection:
-        with self._translate():
-            return connect(target, self.busy_timeout, _Connection)
-
-    def _connect_read_only(self) -> _Connection:
-        conn = self._sqlite_connect(read_only_uri(self.path, immutable=False))
-        try:
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        except sqlite3.Error as exc:
-            conn.close()
-            # A WAL file in a directory this process cannot write: SQLite cannot create the
-            # -shm it shares with writers. With no -wal, the file alone holds every commit.
-            version = file_version(self.path)
-            if not isinstance(exc, sqlite3.OperationalError) or version[2]:
-                raise self._translated(exc) from exc
-        else:
-            return conn
-        conn = self._sqlite_connect(read_only_uri(self.path, immutable=True))
-        conn.unlocked_at = version
-        return conn
-
-    def _connect(self) -> _Connection:
-        before = file_identity(self.path)
-        conn = self._connect_read_only() if self.read_only else self._sqlite_connect(self.path)
-        try:
-            with self._translate():
-                if not self._ready:
-                    self._prepare(conn)
-                elif conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
-                    raise replaced_error(  # noqa: TRY301 - closed by the handler below
-                        self.path, None, found="it is no longer a ledger"
-                    )
-                conn.execute(f"PRAGMA synchronous = {self.synchronous}")
-            self._pin(before)
-        except BaseException:
-            conn.close()
-            raise
-        with self._lock:
-            self._connections.add(conn)
-        return conn
-
-    def _pin(self, before: FileIdentity | None) -> None:
-        """Check a new connection opened the file this ledger first opened (the first pins it)."""
-        after = file_identity(self.path)
-        if before is None or after != before:
-            raise replaced_error(self.path, None, found="it changed while being opened")
-        with self._lock:
-            if self._identity is None:
-                self._identity = after
-        if after != self._identity:
-            raise replaced_error(self.path, None, found="it now names another file")
-
-    def _check_file(self, operation_id: str | None) -> None:
-        """Refuse a write when the path no longer names the file this ledger opened."""
-        found = file_identity(self.path)
-        if found != self._identity:
-            state = "it is gone" if found is None else "it now names another file"
-            raise replaced_error(self.path, operation_id, found=state)
-
-    def _prepare(self, conn: _Connection) -> None:
-        """Check the file is a ledger this library can use, then migrate it forward."""
-        found = inspect(conn)
-        problem = refusal(self.path, FORMAT, found)
-        if problem is not None:
-            raise LedgerSchemaError(problem)
-        if found.application_id != APPLICATION_ID and not self._create:
-            # An empty file (``touch``, an interrupted creation) would otherwise become a
-            # ledger on the first read.
-            msg = f"{self.path} is empty, not a ledger (reads never create one)"
-            raise LedgerNotFoundError(msg)
-        if self.read_only:
-            if found.version != SCHEMA_VERSION:
-                msg = (
-                    f"ledger {self.path} has schema version {found.version} and needs migrating "
-                    f"to {SCHEMA_VERSION}, which a read-only open cannot do; open it writable once"
-                )
-                raise LedgerSchemaError(msg)
-            self._ready = True
-            return
-        enable_wal(conn, self.busy_timeout)
-        if not current(FORMAT, found):
-            migrate(conn, FORMAT)
-        self._ready = True
-
-    def _open(self, *, write: bool) -> _Connection:
-        if self._closed:
-            msg = f"ledger {self.path} is closed"
-            raise LedgerUnavailableError(msg)
-        conn: _Connection | None = getattr(self._local, "conn", None)
-        pid = getattr(self._local, "pid", None)
-        if conn is None or pid != os.getpid():
-            # A connection inherited across fork() must never be used by the child.
-            if not self.path.exists():
-                if not write:
-                    msg = f"no ledger at {self.path} (reads never create one)"
-                    raise LedgerNotFoundError(msg)
-                self._create_file()
-            conn = self._connect()
-            self._local.conn = conn
-            self._local.pid = os.getpid()
-        return conn
-
-    # _read and _write run on every call: plain try/except, no context-manager generator.
-    def _read(self, work: Callable[[_Connection], T], missing: T) -> T:
-        if not self._ready and not self.path.exists():
-            return missing
-        conn = self._open(write=False)
-        try:
-            with conn.in_use:
-                result = work(conn)
-        except sqlite3.Error as exc:
-            raise self._translated(exc) from exc
-        if conn.unlocked_at is not None and not unchanged(self.path, conn.unlocked_at):
-            msg = (
-                f"ledger {self.path} was written while this read-only process read it without "
-                "locks (it cannot create the -shm file in that directory); run the read again"
-            )
-            raise LedgerUnavailableError(msg)
-        return result
-
-    def _write(self, work: Callable[[_Connection], T], operation_id: str | None = None) -> T:
-        if self.read_only:
-            what = "" if operation_id is None else f" operation {operation_id!r} was not written:"
-            msg = f"{what} ledger {self.path} was opened read-only; open it writable to change it"
-            raise LedgerUnavailableError(msg.strip())
-        conn = self._open(write=True)
-        try:
-            with conn.in_use:
-                # Checked under the write lock, so a file replaced while this waited is seen too.
-                result = write_transaction(conn, work, lambda: self._check_file(operation_id))
-        except sqlite3.Error as exc:
-            raise self._translated(exc) from exc
-        return result
-
     def _now_us(self, now: float | None) -> int:
         return round((self._clock() if now is None else now) * 1_000_000)
 
     @staticmethod
-    def _select(conn: _Connection, operation_id: str) -> Sequence[Any] | None:
+    def _select(conn: Connection, operation_id: str) -> Sequence[Any] | None:
         row: Sequence[Any] | None = conn.execute(_SELECT_ONE, (operation_id,)).fetchone()
         return row
 
@@ -399,7 +186,7 @@ class SQLiteEffectLedger(OperatorResolution):
         # Nothing in a new row depends on what is stored: build it before taking the lock.
         values, events_rows = rows.created(operation, events, now_us)
 
-        def work(conn: _Connection) -> tuple[OperationRecord, bool]:
+        def work(conn: Connection) -> tuple[OperationRecord, bool]:
             # Insert first: a new operation, the common case, then needs no read.
             if conn.execute(_INSERT_OPERATION, values).rowcount == 0:
                 row = self._select(conn, operation.operation_id)
@@ -426,7 +213,7 @@ class SQLiteEffectLedger(OperatorResolution):
         """See :meth:`EffectLedger.transition`."""
         now_us = self._now_us(now)
 
-        def work(conn: _Connection) -> OperationRecord:
+        def work(conn: Connection) -> OperationRecord:
             row = self._select(conn, operation_id)
             if row is None:
                 raise OperationNotFoundError(operation_id)
@@ -448,7 +235,7 @@ class SQLiteEffectLedger(OperatorResolution):
         """See :meth:`EffectLedger.renew`."""
         expires = self._now_us(now) + round(seconds * 1_000_000)
 
-        def work(conn: _Connection) -> None:
+        def work(conn: Connection) -> None:
             cursor = conn.execute(
                 "UPDATE operations SET lease_expires_us = ?"
                 " WHERE operation_id = ? AND lease_token = ?",
@@ -465,7 +252,7 @@ class SQLiteEffectLedger(OperatorResolution):
         check_operation_id(operation_id)
         now_us = self._now_us(now)
 
-        def work(conn: _Connection) -> OperationRecord | None:
+        def work(conn: Connection) -> OperationRecord | None:
             row = self._select(conn, operation_id)
             return None if row is None else rows.record(row, now_us)
 
@@ -492,7 +279,7 @@ class SQLiteEffectLedger(OperatorResolution):
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         now_us = self._now_us(None)
 
-        def work(conn: _Connection) -> list[OperationRecord]:
+        def work(conn: Connection) -> list[OperationRecord]:
             found = conn.execute(
                 f"SELECT {_COLUMNS} FROM operations {where} ORDER BY updated_us DESC LIMIT ?",
                 (*params, limit),
@@ -505,7 +292,7 @@ class SQLiteEffectLedger(OperatorResolution):
         """See :meth:`EffectLedger.events`."""
         check_operation_id(operation_id)
 
-        def work(conn: _Connection) -> list[EffectEvent]:
+        def work(conn: Connection) -> list[EffectEvent]:
             found = conn.execute(
                 f"SELECT {_EVENT_COLUMNS} FROM events WHERE operation_id = ? ORDER BY seq",
                 (operation_id,),
@@ -517,7 +304,7 @@ class SQLiteEffectLedger(OperatorResolution):
     def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`."""
 
-        def work(conn: _Connection) -> VerifyReport:
+        def work(conn: Connection) -> VerifyReport:
             # One read transaction, so the chains are checked against one snapshot.
             conn.execute("BEGIN")
             try:
@@ -530,7 +317,7 @@ class SQLiteEffectLedger(OperatorResolution):
             empty = anchors.merged(empty, *anchors.check((), (), anchor))
         return self._read(work, empty)
 
-    def _verify(self, conn: _Connection, anchor: AnchorHead | None) -> VerifyReport:
+    def _verify(self, conn: Connection, anchor: AnchorHead | None) -> VerifyReport:
         heads = conn.execute(_VERIFY_HEADS)
         events = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
         report = chain.verify(heads, map(rows.read_event, events))
@@ -542,7 +329,7 @@ class SQLiteEffectLedger(OperatorResolution):
     def anchor_head(self) -> AnchorHead:
         """See :meth:`EffectLedger.anchor_head`."""
 
-        def work(conn: _Connection) -> AnchorHead:
+        def work(conn: Connection) -> AnchorHead:
             last = conn.execute(anchoring.LAST_CLAIM).fetchone()
             return AnchorHead(0, anchors.START) if last is None else AnchorHead(*last)
 
@@ -559,7 +346,7 @@ class SQLiteEffectLedger(OperatorResolution):
         nothing is written. Then refreshes the query planner's statistics.
         """
 
-        def work(conn: _Connection) -> int:
+        def work(conn: Connection) -> int:
             loaded = 0
             # A large load touches far more pages than the default cache holds.
             previous = conn.execute("PRAGMA cache_size").fetchone()[0]
@@ -579,20 +366,3 @@ class SQLiteEffectLedger(OperatorResolution):
         loaded = self._write(work)
         self._read(lambda conn: conn.execute("ANALYZE"), None)
         return loaded
-
-    def close(self) -> None:
-        """Close every connection this ledger opened, in any thread."""
-        self._closed = True
-        with self._lock:
-            connections = list(self._connections)
-            self._connections = weakref.WeakSet()
-        for conn in connections:
-            # Wait for the thread using it to finish its statement: closing under it can crash.
-            with conn.in_use, contextlib.suppress(sqlite3.Error):
-                conn.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
