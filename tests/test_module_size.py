@@ -18,14 +18,14 @@ FUNCTION_LINES = 60
 
 #: Modules over the line, by path under effectguard/, and why they still are.
 LONG_MODULES = {
-    "ledger/postgres/ledger.py": "the PostgreSQL backend, being changed on another branch",
+    "ledger/postgres/ledger.py": "next: schema setup and the lost-ack read-back into modules",
     "testkit/servers/http_payments.py": "three lines over: one HTTP server and its routes",
 }
 
 #: Functions of the core over the line, as path::name, and why they still are.
 LONG_FUNCTIONS = {
     "decorator/decorate.py::effect": "its docstring and keyword list; the body is one line",
-    "ledger/postgres/ledger.py::transition": "the PostgreSQL backend, on another branch",
+    "ledger/postgres/ledger.py::transition": "fence, write and lost-ack retry in one loop; next",
 }
 
 #: The core, where functions are held to the line; the testkit and bench are not yet.
