@@ -28,6 +28,7 @@ from effectguard.executor.pacing import (
 )
 from effectguard.executor.performing import StepPerformer
 from effectguard.executor.redaction import secrets_of
+from effectguard.executor.replays import DEFAULT_REPLAY_CACHE, ReplayCache
 from effectguard.executor.steps import Call
 from effectguard.fingerprint import check_json_value, request_fingerprint
 from effectguard.ledger.protocol import EffectLedger
@@ -68,6 +69,14 @@ class EffectExecutor:
     past its ``deadline``. ``jitter(ceiling)`` returns a wait in
     ``[0, ceiling]``, uniformly random by default; inject it for
     deterministic tests.
+
+    ``replay_cache`` is how many CONFIRMED and REJECTED operations this
+    executor keeps in memory to replay without reading the ledger (least
+    recently replayed dropped first; 0 disables it). An operation enters it
+    on its first replay, once its stored output has passed the integrity
+    check; every call still has its request fingerprint checked, and one
+    that differs reads the ledger and raises the conflict as always. See
+    :mod:`effectguard.executor.replays` for why it never goes stale.
     """
 
     def __init__(
@@ -82,6 +91,7 @@ class EffectExecutor:
         retry_wait_max: float = DEFAULT_RETRY_WAIT_MAX,
         deadline: float = DEFAULT_DEADLINE,
         jitter: Jitter = full_jitter,
+        replay_cache: int = DEFAULT_REPLAY_CACHE,
     ) -> None:
         self.ledger = ledger
         _check_options(
@@ -96,7 +106,7 @@ class EffectExecutor:
         self._check_pacing()
         self._clock = clock
         advance = getattr(clock, "advance", None)
-        self._states = StateMachine(ledger, clock, poll_interval)
+        self._states = StateMachine(ledger, clock, poll_interval, ReplayCache(replay_cache))
         self._performer = StepPerformer(self._states, advance if callable(advance) else None)
         self._observers: tuple[Observer, ...] = ()
         for observer in observers:
@@ -112,6 +122,14 @@ class EffectExecutor:
     def remove_observer(self, observer: Observer) -> None:
         """Stop telling ``observer`` about calls that start from now on (unknown ones: no-op)."""
         self._observers = tuple(known for known in self._observers if known != observer)
+
+    def forget(self, operation_id: str) -> None:
+        """Drop ``operation_id`` from the replay cache: its next replay reads the ledger.
+
+        For whatever removes or rewrites a terminal operation (pruning); an
+        operation not cached is a no-op.
+        """
+        self._states.replays.forget(operation_id)
 
     def _check_pacing(self) -> None:
         pacing = self.pacing

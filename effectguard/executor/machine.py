@@ -36,6 +36,7 @@ from effectguard.executor.observe import Transition, notify
 from effectguard.executor.outputs import decode, not_stored
 from effectguard.executor.peers import PeerWait
 from effectguard.executor.redaction import scrub_write
+from effectguard.executor.replays import ReplayCache
 from effectguard.executor.steps import Call, HandlerStep, LedgerStep, Machine, PauseStep, Step
 from effectguard.ledger.protocol import Changes, EffectLedger, EventDraft, Expect, Lease
 from effectguard.model import EffectResult, EffectStatus, OperationRecord
@@ -50,11 +51,16 @@ class StateMachine:
     """The rules of DESIGN.md's executor, over one ledger and one clock."""
 
     def __init__(
-        self, ledger: EffectLedger, clock: Callable[[], float] | None, poll_interval: float
+        self,
+        ledger: EffectLedger,
+        clock: Callable[[], float] | None,
+        poll_interval: float,
+        replays: ReplayCache | None = None,
     ) -> None:
         self.ledger = ledger
         self._clock = clock
         self.poll_interval = poll_interval
+        self.replays = ReplayCache(0) if replays is None else replays
 
     def now(self) -> float | None:
         """The injected clock's time, or None for the ledger's own clock."""
@@ -112,10 +118,13 @@ class StateMachine:
         replayed: bool,
         reason: str | None = None,
         live: Any = _NO_OUTPUT,
+        verified: bool = False,
     ) -> EffectResult[Any]:
         """The caller's view of ``record``; the output is decoded only when it is CONFIRMED.
 
-        A CONFIRMED operation whose output was not stored raises
+        A replayed output is first checked against its confirmation's
+        commitment, unless ``verified`` (the replay cache checked it when it
+        kept it). A CONFIRMED operation whose output was not stored raises
         :class:`OutputNotStored` instead, with ``live`` (the output just
         produced) when there is one.
         """
@@ -124,7 +133,7 @@ class StateMachine:
         result = EffectResult(
             status=record.status,
             operation_id=record.operation_id,
-            output=decode(call.contract, record, self.ledger if replayed else None)
+            output=decode(call.contract, record, self.ledger if replayed and not verified else None)
             if confirmed and mark is None
             else None,
             provider_operation_id=record.provider_operation_id,
@@ -194,6 +203,9 @@ class StateMachine:
     def drive(self, call: Call) -> Machine:
         """The rules of :meth:`run`, without reporting the result."""
         ledger = self.ledger
+        cached = self.replays.lookup(call.operation_id, call.fingerprint)
+        if cached is not None:
+            return self.result(call, cached, replayed=True, verified=True)
         waiting = PeerWait(call.wait_seconds, self._clock, self.poll_interval)
         # Replaying a terminal operation is a plain read: no write lock is taken.
         record: OperationRecord | None = yield LedgerStep(
@@ -208,10 +220,11 @@ class StateMachine:
                 continue
             if record.fingerprint != call.fingerprint:
                 raise _conflict(call, record)
-            if record.status.terminal:
-                return self.result(call, record, replayed=True)
-            if record.status is EffectStatus.QUARANTINED:
-                return self.result(call, record, replayed=True)
+            if record.status.terminal or record.status is EffectStatus.QUARANTINED:
+                replayed = self.result(call, record, replayed=True)
+                # Only once its output has passed the check; a QUARANTINED one is not kept.
+                self.replays.remember(record)
+                return replayed
             if record.lease_live and not abandoned(record.lease_token, record.lease_owner):
                 pause = waiting.next_pause()
                 if pause is not None:

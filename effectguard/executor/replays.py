@@ -1,0 +1,110 @@
+"""The replay cache: terminal results served from memory, the fingerprint checked on every call.
+
+CONFIRMED and REJECTED never change (DESIGN.md, "Replay cache"), so once a
+replay has read a terminal record from the ledger and checked its output
+against the commitment of its confirmation, a later replay of the same
+operation in this process may be built from that record without reading the
+ledger again.
+
+Why memory cannot go stale across processes: nothing changes a terminal
+record. The executor's own writes expect a non-terminal status, a late
+handler's return only adds evidence-only events (it never changes the output,
+reason or evidence of a confirmed record), and every operator resolution
+(``confirm``, ``reject``, ``authorize_retry``) refuses a CONFIRMED or REJECTED
+operation (:mod:`effectguard.ledger.resolution`). So another process's
+operator cannot invalidate what this process holds, and need not. The
+exceptions are outside effectguard's writes: an edit of the ledger behind its
+back, which the cache does not see (it serves what was verified when it was
+cached; ``agent-effect-ops verify`` finds the edit), and pruning, which must
+call :meth:`ReplayCache.forget` for each operation it removes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from effectguard.errors import ConfigurationError
+from effectguard.executor.outputs import not_stored
+from effectguard.model import OperationRecord
+
+__all__ = ["DEFAULT_REPLAY_CACHE", "ReplayCache"]
+
+#: Terminal operations an executor keeps for replay unless told otherwise.
+DEFAULT_REPLAY_CACHE = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    record: OperationRecord
+    # The evidence as JSON: each replay gets its own copy, as from a ledger read, so a
+    # caller that mutates its result's evidence cannot change what later callers see.
+    evidence_json: str
+
+
+class ReplayCache:
+    """At most ``size`` verified terminal records of one ledger, least recently replayed evicted.
+
+    Safe to share between threads. A ``size`` of 0 keeps nothing: every
+    replay reads the ledger.
+    """
+
+    def __init__(self, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            msg = (
+                f"EffectExecutor(): replay_cache must be a whole number of operations >= 0 "
+                f"(0 disables it), not {size!r}"
+            )
+            raise ConfigurationError(msg)
+        self.size = size
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def lookup(self, operation_id: str, fingerprint: str) -> OperationRecord | None:
+        """The cached record of ``operation_id`` if it was claimed for ``fingerprint``, else None.
+
+        A different fingerprint is a miss, so that the caller reads the ledger
+        and raises the conflict from the stored record, exactly as without a cache.
+        """
+        if not self.size:
+            return None
+        with self._lock:
+            entry = self._entries.get(operation_id)
+            if entry is None or entry.record.fingerprint != fingerprint:
+                return None
+            self._entries.move_to_end(operation_id)
+        if not entry.record.evidence:
+            return entry.record
+        return dataclasses.replace(entry.record, evidence=json.loads(entry.evidence_json))
+
+    def remember(self, record: OperationRecord) -> None:
+        """Keep ``record`` if it is terminal with a stored output (or none to store).
+
+        Only a record a replay has just read and checked belongs here. A
+        CONFIRMED record whose output was not stored is not kept: its replays
+        read the ledger each time, as they always have.
+        """
+        if not self.size or not record.status.terminal or not_stored(record) is not None:
+            return
+        entry = _Entry(record, json.dumps(dict(record.evidence)))
+        with self._lock:
+            self._entries[record.operation_id] = entry
+            self._entries.move_to_end(record.operation_id)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def forget(self, operation_id: str) -> None:
+        """Drop ``operation_id``, so its next replay reads the ledger (unknown ids: no-op)."""
+        with self._lock:
+            self._entries.pop(operation_id, None)
+
+    def clear(self) -> None:
+        """Drop every entry."""
+        with self._lock:
+            self._entries.clear()
