@@ -13,7 +13,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from effectguard.bench._histories import (
@@ -26,10 +26,12 @@ from effectguard.bench._site import Site
 from effectguard.bench._stats import rounded
 from effectguard.model import EffectStatus
 
-__all__ = ["LIST_TARGET_MS", "BigLedger", "build", "measure"]
+__all__ = ["LIST_LIMIT_TARGETS_MS", "LIST_TARGET_MS", "BigLedger", "build", "measure"]
 
 #: Listing the quarantined operations of a 1,000,000-operation ledger must take less than this.
 LIST_TARGET_MS = 20.0
+#: Issue 15: listing this many quarantined operations must take less than so many milliseconds.
+LIST_LIMIT_TARGETS_MS = {100: 2.0, 1000: 10.0}
 #: Reads timed per round, for each kind of read.
 _READS = 20
 _NAME = "big"
@@ -48,6 +50,16 @@ class BigLedger:
     events_rounds_ms: tuple[float, ...]
     events_per_operation: int
     bytes_total: int
+    #: Per limit of LIST_LIMIT_TARGETS_MS: operations returned, median milliseconds per round.
+    by_limit: dict[int, tuple[int, tuple[float, ...]]] = field(default_factory=dict)
+
+    def limit_ms(self, limit: int) -> float:
+        """Median milliseconds of ``list_operations(status=QUARANTINED, limit=limit)``."""
+        return statistics.median(self.by_limit[limit][1])
+
+    def limit_met(self, limit: int) -> bool:
+        """Whether listing ``limit`` quarantined operations is within issue 15's target."""
+        return self.limit_ms(limit) < LIST_LIMIT_TARGETS_MS[limit]
 
     @property
     def list_ms(self) -> float:
@@ -73,6 +85,17 @@ class BigLedger:
                 "target_ms": LIST_TARGET_MS,
                 "met": self.list_ms < LIST_TARGET_MS,
             },
+            "list_quarantined_by_limit": [
+                {
+                    "limit": limit,
+                    "returned": returned,
+                    "ms": round(self.limit_ms(limit), 3),
+                    "rounds_ms": rounded(rounds_ms, 3),
+                    "target_ms": LIST_LIMIT_TARGETS_MS[limit],
+                    "met": self.limit_met(limit),
+                }
+                for limit, (returned, rounds_ms) in sorted(self.by_limit.items())
+            ],
             "events": {
                 "events_per_operation": self.events_per_operation,
                 "ms": round(self.events_ms, 3),
@@ -119,6 +142,11 @@ def measure(site: Site, size: int, rounds: int, progress: Callable[[str], None])
         listed = len(ledger.list_operations(status=EffectStatus.QUARANTINED, limit=100))
         events_per_operation = len(ledger.events(operation_id(0)))
         list_rounds, events_rounds = [], []
+        returned = {
+            limit: len(ledger.list_operations(status=EffectStatus.QUARANTINED, limit=limit))
+            for limit in LIST_LIMIT_TARGETS_MS
+        }
+        limit_rounds: dict[int, list[float]] = {limit: [] for limit in LIST_LIMIT_TARGETS_MS}
         for index in range(rounds):
             progress(f"large-ledger reads, round {index + 1}/{rounds}")
             list_rounds.append(
@@ -126,6 +154,15 @@ def measure(site: Site, size: int, rounds: int, progress: Callable[[str], None])
                     lambda: ledger.list_operations(status=EffectStatus.QUARANTINED, limit=100)
                 )
             )
+            for limit, times in limit_rounds.items():
+                times.append(
+                    _median_ms(
+                        lambda: ledger.list_operations(
+                            status=EffectStatus.QUARANTINED,
+                            limit=limit,  # noqa: B023 - called at once
+                        )
+                    )
+                )
             wanted = operation_id(chooser.randrange(size))
             events_rounds.append(_median_ms(lambda: ledger.events(wanted)))  # noqa: B023 - called at once
     finally:
@@ -139,4 +176,5 @@ def measure(site: Site, size: int, rounds: int, progress: Callable[[str], None])
         events_rounds_ms=tuple(events_rounds),
         events_per_operation=events_per_operation,
         bytes_total=site.ledger_bytes(_NAME),
+        by_limit={limit: (returned[limit], tuple(limit_rounds[limit])) for limit in returned},
     )

@@ -6,7 +6,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.bench._big import LIST_TARGET_MS, BigLedger
+from effectguard.bench._asyncio import LAG_TARGET_MS, SPEEDUP_TARGET, TASKS, AsyncThroughput
+from effectguard.bench._big import LIST_LIMIT_TARGETS_MS, LIST_TARGET_MS, BigLedger
 from effectguard.bench._config import BenchConfig
 from effectguard.bench._stats import Comparison
 from effectguard.bench._throughput import Throughput
@@ -15,6 +16,12 @@ __all__ = ["BYTES_TARGET", "BenchReport", "WrittenLedger"]
 
 #: Ledger bytes a confirmed operation with a small output may take, at most.
 BYTES_TARGET = 1024
+#: Issue 15: 4 threads must do at least this many times the operations per second of 1.
+THREADS_TARGET = 2.0
+#: Issue 15: the p99 latency of a call with 4 threads over that with 1, at most.
+P99_TARGET = 3.0
+#: Issue 15: 4 processes over 1 process on PostgreSQL, at least.
+PROCESSES_TARGET = 3.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +64,7 @@ class BenchReport:
     big: BigLedger
     startup: Comparison
     seconds: float
+    asyncio: AsyncThroughput
 
     @property
     def lock_errors(self) -> int:
@@ -88,13 +96,36 @@ class BenchReport:
             "executor_us": round(self.guarded.subject_us - primitives, 1),
         }
 
-    def _scaling(self) -> float:
+    def _scaling(self, mode: str = "threads") -> float:
         speeds = {(item.mode, item.workers): item.ops_per_second for item in self.throughput}
-        one = speeds["threads", 1]
-        return speeds["threads", 4] / one if one else 0.0
+        one = speeds[mode, 1]
+        return speeds[mode, 4] / one if one else 0.0
+
+    def _p99_growth(self) -> float:
+        p99 = {(item.mode, item.workers): item.p99_ms for item in self.throughput}
+        one = p99["threads", 1]
+        return p99["threads", 4] / one if one else 0.0
+
+    def _processes_met(self) -> bool | None:
+        # Issue 15 sets this target for PostgreSQL only: SQLite has one writer at a time.
+        if self.config.backend != "postgres":
+            return None
+        return self._scaling("processes") >= PROCESSES_TARGET
 
     def targets(self) -> dict[str, bool | None]:
-        """Each target of issue 9, met or not."""
+        """Each target of issues 9 and 15, met or not (None: no target on this backend)."""
+        return {
+            **self._issue_9_targets(),
+            "four_threads_vs_one_at_least_2x": self._scaling() >= THREADS_TARGET,
+            "four_threads_p99_vs_one_at_most_3x": self._p99_growth() <= P99_TARGET,
+            "four_processes_vs_one_at_least_3x": self._processes_met(),
+            "asyncio_tasks_vs_one_thread_at_least_2x": self.asyncio.speedup_met,
+            "asyncio_loop_lag_p99_under_5ms": self.asyncio.lag_met,
+            "list_100_quarantined_under_2ms": self.big.limit_met(100),
+            "list_1000_quarantined_under_10ms": self.big.limit_met(1000),
+        }
+
+    def _issue_9_targets(self) -> dict[str, bool | None]:
         return {
             "guarded_call": self.guarded.met,
             "replay": self.replay.met,
@@ -133,10 +164,18 @@ class BenchReport:
             "throughput": {
                 "configurations": [item.to_json() for item in self.throughput],
                 "four_threads_vs_one": round(self._scaling(), 3),
+                "four_threads_vs_one_target": THREADS_TARGET,
+                "four_threads_p99_vs_one": round(self._p99_growth(), 3),
+                "four_threads_p99_vs_one_target": P99_TARGET,
+                "four_processes_vs_one": round(self._scaling("processes"), 3),
+                "four_processes_vs_one_target": (
+                    PROCESSES_TARGET if self.config.backend == "postgres" else None
+                ),
                 "lock_errors": self.lock_errors,
                 "errors": self.errors,
             },
             "ledger_bytes": self.written.to_json(),
+            "asyncio": self.asyncio.to_json(),
             "large_ledger": self.big.to_json(),
             "cli_startup": {**self.startup.to_json(), "runs": len(self.startup.subject_rounds)},
             "targets": self.targets(),
@@ -183,18 +222,7 @@ class BenchReport:
                     f" + executor {parts['executor_us']:+.0f} us"
                 )
         out.append("")
-        speeds = ", ".join(
-            f"{item.workers} {item.mode if item.workers > 1 else item.mode[:-1]} "
-            f"{item.ops_per_second:,.0f}"
-            for item in self.throughput
-        )
-        scaling = self._scaling()
-        out.append(f"throughput (ops/s): {speeds}")
-        out.append(
-            f"  4 threads / 1 thread: {scaling:.2f}x (>= 1 {_verdict(scaling >= 1)}); "
-            f"lock errors {self.lock_errors} ({_verdict(self.lock_errors == 0)}), "
-            f"other errors {self.errors}"
-        )
+        out.extend(self._throughput_lines())
         big = self.big
         small = self.written.bytes_per_operation <= BYTES_TARGET
         out.extend(
@@ -207,6 +235,12 @@ class BenchReport:
                 (
                     f"  list_operations(QUARANTINED, limit=100): {big.list_ms:.2f} ms "
                     f"(< {LIST_TARGET_MS:g} ms {_verdict(big.list_ms < LIST_TARGET_MS)})"
+                ),
+                *(
+                    f"    issue 15, limit={limit:,}: {big.limit_ms(limit):.2f} ms, "
+                    f"{big.by_limit[limit][0]:,} returned "
+                    f"(< {target:g} ms {_verdict(big.limit_met(limit))})"
+                    for limit, target in LIST_LIMIT_TARGETS_MS.items()
                 ),
                 f"  events(op), {big.events_per_operation} events: {big.events_ms:.2f} ms",
                 f"  {big.bytes_total / big.operations:,.0f} bytes per operation (bulk-built)",
@@ -224,6 +258,45 @@ class BenchReport:
         )
         return out
 
+    def _throughput_lines(self) -> list[str]:
+        out = [f"{'throughput':24}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}"]
+        out.extend(
+            f"  {item.workers} {_singular(item.mode, item.workers):20}"
+            f"{item.ops_per_second:>10,.0f}{item.p50_ms:>10.2f}{item.p99_ms:>10.2f}"
+            for item in self.throughput
+        )
+        scaling, growth, processes = self._scaling(), self._p99_growth(), self._processes_met()
+        aio = self.asyncio
+        out.extend(
+            [
+                (
+                    f"  4 threads / 1 thread: {scaling:.2f}x (>= 1 {_verdict(scaling >= 1)}; "
+                    f">= {THREADS_TARGET:g} {_verdict(scaling >= THREADS_TARGET)}); "
+                    f"p99 {growth:.2f}x (<= {P99_TARGET:g} {_verdict(growth <= P99_TARGET)})"
+                ),
+                (
+                    f"  4 processes / 1 process: {self._scaling('processes'):.2f}x"
+                    + (
+                        ""
+                        if processes is None
+                        else f" (>= {PROCESSES_TARGET:g} {_verdict(processes)})"
+                    )
+                ),
+                (
+                    f"  lock errors {self.lock_errors} ({_verdict(self.lock_errors == 0)}), "
+                    f"other errors {self.errors}"
+                ),
+                (
+                    f"{TASKS} asyncio tasks (execute_async) {aio.tasks_ops_per_second:,.0f} ops/s, "
+                    f"1 thread {aio.thread_ops_per_second:,.0f}: {aio.ratio:.2f}x "
+                    f"(>= {SPEEDUP_TARGET:g} {_verdict(aio.speedup_met)}); "
+                    f"loop lag p99 {aio.lag_p99_ms:.2f} ms "
+                    f"(< {LAG_TARGET_MS:g} {_verdict(aio.lag_met)})"
+                ),
+            ]
+        )
+        return out
+
     def _startup_lines(self) -> list[str]:
         item = self.startup
         return [
@@ -234,6 +307,12 @@ class BenchReport:
                 f"{item.ratio:.2f}x (<= {item.target:g}x {_verdict(item.met)})"
             ),
         ]
+
+
+def _singular(mode: str, workers: int) -> str:
+    if workers > 1:
+        return mode
+    return "process" if mode == "processes" else mode.removesuffix("s")
 
 
 def _verdict(met: bool | None) -> str:

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from effectguard import __version__
-from effectguard.bench import _big, _startup, _throughput
+from effectguard.bench import _asyncio, _big, _startup, _throughput
 from effectguard.bench._calls import CallBench, count_calls
 from effectguard.bench._config import BenchConfig
 from effectguard.bench._report import BenchReport, WrittenLedger
@@ -70,6 +70,10 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
             config.rounds,
             say,
         )
+        say(f"asyncio: {_asyncio.TASKS} tasks vs 1 thread, {config.rounds} rounds")
+        asyncio = _asyncio.measure(
+            EffectExecutor(site.ledger("asyncio")), config.ops, config.rounds
+        )
         big = _big.measure(site, config.big_ledger_size, config.rounds, say)
         runs = _startup.runs_for(config.rounds)
         say(f"CLI start-up: {runs} runs")
@@ -90,5 +94,6 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         written=written,
         big=big,
         startup=startup,
+        asyncio=asyncio,
         seconds=time.perf_counter() - started,
     )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Comparison", "per_call_us", "rounded"]
+__all__ = ["Comparison", "per_call_us", "percentile", "rounded"]
 
 
 def per_call_us(calls: int, run: Callable[[int], None]) -> float:
@@ -17,6 +18,14 @@ def per_call_us(calls: int, run: Callable[[int], None]) -> float:
     for index in range(calls):
         run(index)
     return (time.perf_counter() - started) * 1_000_000 / calls
+
+
+def percentile(ordered: Sequence[float], fraction: float) -> float:
+    """The nearest-rank ``fraction`` percentile of the sorted ``ordered`` (0.0 when it is empty)."""
+    if not ordered:
+        return 0.0
+    rank = math.ceil(fraction * len(ordered))
+    return ordered[min(len(ordered), max(rank, 1)) - 1]
 
 
 def rounded(values: Iterable[float], digits: int = 1) -> list[float]:

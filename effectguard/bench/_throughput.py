@@ -1,9 +1,10 @@
-"""Throughput on distinct operations with 1, 2 and 4 threads and with 4 processes.
+"""Throughput and latency on distinct operations with 1, 2, 4 and 8 threads and 1 and 4 processes.
 
 Each worker runs its share of the round's operations as fast as it can,
 released together by a barrier; throughput is the round's operations over
-the time from the first start to the last finish. A call that fails because
-the ledger was locked is counted, never retried: there must be none.
+the time from the first start to the last finish, and each call's latency is
+timed on its own. A call that fails because the ledger was locked is
+counted, never retried: there must be none.
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from effectguard.bench._calls import CONTRACT, arguments, handler
 from effectguard.bench._config import BenchError
+from effectguard.bench._stats import percentile
 from effectguard.errors import LedgerLockedError
 from effectguard.executor import EffectExecutor
 from effectguard.ledger import open_ledger
@@ -27,7 +29,14 @@ from effectguard.model import EffectStatus
 __all__ = ["CONFIGURATIONS", "Throughput", "measure"]
 
 #: (mode, workers) of every throughput measurement, in the order they run each round.
-CONFIGURATIONS = (("threads", 1), ("threads", 2), ("threads", 4), ("processes", 4))
+CONFIGURATIONS = (
+    ("threads", 1),
+    ("threads", 2),
+    ("threads", 4),
+    ("threads", 8),
+    ("processes", 1),
+    ("processes", 4),
+)
 _PROCESS_TIMEOUT = 600.0
 
 
@@ -41,6 +50,7 @@ class _Tally:
     lock_errors: int = 0
     errors: int = 0
     first_error: str | None = None
+    latencies: list[float] = field(default_factory=list)
 
     def failed(self, exc: BaseException) -> None:
         if isinstance(exc, LedgerLockedError) or "locked" in str(exc).lower():
@@ -56,11 +66,14 @@ def _work(
 ) -> _Tally:
     tally = _Tally(start=clock())
     for n in numbers:
+        called = clock()
         try:
             result = execute(CONTRACT, arguments(run, n), handler)
         except Exception as exc:  # noqa: BLE001 - every failure is counted and reported
             tally.failed(exc)
             continue
+        finally:
+            tally.latencies.append(clock() - called)
         if result.status is EffectStatus.CONFIRMED:
             tally.done += 1
         else:
@@ -79,11 +92,23 @@ class Throughput:
     lock_errors: int
     errors: int
     first_error: str | None
+    p50_rounds_ms: tuple[float, ...] = ()
+    p99_rounds_ms: tuple[float, ...] = ()
 
     @property
     def ops_per_second(self) -> float:
         """The median round's operations per second."""
         return statistics.median(self.rounds)
+
+    @property
+    def p50_ms(self) -> float:
+        """The median round's median latency of one call, in milliseconds."""
+        return statistics.median(self.p50_rounds_ms)
+
+    @property
+    def p99_ms(self) -> float:
+        """The median round's 99th-percentile latency of one call, in milliseconds."""
+        return statistics.median(self.p99_rounds_ms)
 
     def to_json(self) -> dict[str, Any]:
         """The configuration as the bench's JSON report shows it."""
@@ -92,6 +117,9 @@ class Throughput:
             "workers": self.workers,
             "ops_per_second": round(self.ops_per_second, 1),
             "rounds": [round(value, 1) for value in self.rounds],
+            "p50_ms": round(self.p50_ms, 3),
+            "p99_ms": round(self.p99_ms, 3),
+            "p99_rounds_ms": [round(value, 3) for value in self.p99_rounds_ms],
             "lock_errors": self.lock_errors,
             "errors": self.errors,
             "first_error": self.first_error,
@@ -130,7 +158,15 @@ def _process_main(target: str, run: str, numbers: range, barrier: Any, results: 
         barrier.wait(timeout=_PROCESS_TIMEOUT)
         tally = _work(executor.execute, run, numbers, time.time)
         results.put(
-            (tally.start, tally.end, tally.done, tally.lock_errors, tally.errors, tally.first_error)
+            (
+                tally.start,
+                tally.end,
+                tally.done,
+                tally.lock_errors,
+                tally.errors,
+                tally.first_error,
+                tally.latencies,
+            )
         )
     finally:
         ledger.close()
@@ -187,10 +223,13 @@ def measure(
 
 
 def _summary(mode: str, workers: int, rounds: list[list[_Tally]]) -> Throughput:
-    speeds = []
+    speeds, p50s, p99s = [], [], []
     for tallies in rounds:
         elapsed = max(t.end for t in tallies) - min(t.start for t in tallies)
         speeds.append(sum(t.done for t in tallies) / elapsed if elapsed > 0 else 0.0)
+        latencies = sorted(value for t in tallies for value in t.latencies)
+        p50s.append(percentile(latencies, 0.50) * 1000)
+        p99s.append(percentile(latencies, 0.99) * 1000)
     every = [tally for tallies in rounds for tally in tallies]
     return Throughput(
         mode=mode,
@@ -199,4 +238,6 @@ def _summary(mode: str, workers: int, rounds: list[list[_Tally]]) -> Throughput:
         lock_errors=sum(t.lock_errors for t in every),
         errors=sum(t.errors for t in every),
         first_error=next((t.first_error for t in every if t.first_error), None),
+        p50_rounds_ms=tuple(p50s),
+        p99_rounds_ms=tuple(p99s),
     )

@@ -2,12 +2,13 @@
 
 Prints a table (or, with ``--json``, the JSON report) of: a guarded call
 against the same two commits written by hand; a replay against an indexed
-read; the decorator against a direct ``execute``; throughput with 1, 2 and 4
-threads and 4 processes; operator reads on a large ledger; and the operator
-CLI's start-up beside a bare ``import click, sqlite3, json``. Progress goes
-to stderr. Exit status: 0 when the run completed, whatever the timings; 1
-when a call failed (a lock error must never happen); 2 when it cannot run as
-given. docs/benchmarks.md describes the measurements and the report.
+read; the decorator against a direct ``execute``; throughput and latency
+with 1, 2, 4, 8 threads and 1, 4 processes; 100 asyncio tasks beside 1
+thread; operator reads on a large ledger; and the operator CLI's start-up
+beside a bare ``import click, sqlite3, json``. Progress goes to stderr. Exit
+status: 0 when the run completed, whatever the timings; 1 when a call failed
+(a lock error must never happen); 2 when it cannot run as given.
+docs/benchmarks.md describes the measurements and the report.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ TOP_LEVEL = {
     "decorator",
     "decorator_replay",
     "throughput",
+    "asyncio",
     "ledger_bytes",
     "large_ledger",
     "cli_startup",
@@ -54,6 +55,13 @@ TARGETS = {
     "list_quarantined",
     "bytes_per_confirmed_operation",
     "cli_startup",
+    "four_threads_vs_one_at_least_2x",
+    "four_threads_p99_vs_one_at_most_3x",
+    "four_processes_vs_one_at_least_3x",
+    "asyncio_tasks_vs_one_thread_at_least_2x",
+    "asyncio_loop_lag_p99_under_5ms",
+    "list_100_quarantined_under_2ms",
+    "list_1000_quarantined_under_10ms",
 }
 
 
@@ -121,15 +129,51 @@ def test_a_guarded_call_takes_two_commits_and_a_replay_none(report: dict[str, An
 
 
 def test_throughput_runs_every_configuration_without_a_lock_error(report: dict[str, Any]):
-    """1, 2 and 4 threads and 4 processes each ran every call; none failed."""
+    """1, 2, 4 and 8 threads and 1 and 4 processes each ran every call; none failed."""
     throughput = report["throughput"]
     shapes = [(item["mode"], item["workers"]) for item in throughput["configurations"]]
-    assert shapes == [("threads", 1), ("threads", 2), ("threads", 4), ("processes", 4)]
+    assert shapes == [
+        ("threads", 1),
+        ("threads", 2),
+        ("threads", 4),
+        ("threads", 8),
+        ("processes", 1),
+        ("processes", 4),
+    ]
     for item in throughput["configurations"]:
         assert item["lock_errors"] == 0
         assert item["errors"] == 0, item["first_error"]
         assert item["ops_per_second"] > 0
     assert throughput["lock_errors"] == 0
+
+
+def test_throughput_reports_latency_percentiles_and_the_issue_15_ratios(
+    backend: str, report: dict[str, Any]
+):
+    """Every configuration has a p50 and a p99 per call; the 4-vs-1 ratios carry their targets."""
+    throughput = report["throughput"]
+    for item in throughput["configurations"]:
+        assert 0 < item["p50_ms"] <= item["p99_ms"], item
+        assert len(item["p99_rounds_ms"]) == 1
+    assert throughput["four_threads_vs_one_target"] == 2.0
+    assert throughput["four_threads_p99_vs_one"] > 0
+    assert throughput["four_threads_p99_vs_one_target"] == 3.0
+    assert throughput["four_processes_vs_one"] > 0
+    on_postgres = backend == "postgres"
+    assert throughput["four_processes_vs_one_target"] == (3.0 if on_postgres else None)
+    assert (report["targets"]["four_processes_vs_one_at_least_3x"] is None) is not on_postgres
+
+
+def test_asyncio_tasks_are_measured_beside_one_thread_with_the_loop_lag(report: dict[str, Any]):
+    """100 tasks calling execute_async and 1 sync thread each ran; the loop's lag was sampled."""
+    section = report["asyncio"]
+    assert section["tasks"] == 100
+    assert section["tasks_ops_per_second"] > 0
+    assert section["thread_ops_per_second"] > 0
+    assert section["ratio"] > 0
+    assert (section["target_ratio"], section["target_lag_ms"]) == (2.0, 5.0)
+    assert section["loop_lag_p99_ms"] >= 0
+    assert len(section["rounds"]["loop_lag_p99_ms"]) == 1
 
 
 def test_the_large_ledger_is_built_and_read(report: dict[str, Any]):
@@ -138,6 +182,10 @@ def test_the_large_ledger_is_built_and_read(report: dict[str, Any]):
     assert big["operations"] == 200
     assert big["quarantined"] == 2
     assert big["list_quarantined"]["returned"] == 2
+    listed = [(item["limit"], item["returned"]) for item in big["list_quarantined_by_limit"]]
+    assert listed == [(100, 2), (1000, 2)]
+    targets = [item["target_ms"] for item in big["list_quarantined_by_limit"]]
+    assert targets == [2.0, 10.0]
     assert big["events"]["events_per_operation"] == 3
     assert big["bytes_per_operation"] > 0
     written = report["ledger_bytes"]
@@ -166,6 +214,7 @@ def test_the_table_names_each_measurement_and_the_run_leaves_nothing_behind(
     db = where(backend, tmp_path, request)
     table = run(backend, db)
     labels = ("guarded call (2 commits, 1 read)", "replay vs indexed read", "throughput")
+    labels += ("8 threads", "1 process ", "100 asyncio tasks", "loop lag p99", "limit=1,000")
     for label in (*labels, "CLI start-up", "agent-effect-ops --help"):
         assert label in table
     assert "large ledger: 200 operations (2 quarantined)" in table
