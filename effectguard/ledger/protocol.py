@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from effectguard.errors import InvalidRequestError
 from effectguard.ledger.anchor import AnchorHead
 from effectguard.model import (
     EffectEvent,
@@ -38,6 +39,7 @@ __all__ = [
     "NewOperation",
     "Unset",
     "Versioned",
+    "check_limit",
     "describe_mismatch",
 ]
 
@@ -253,6 +255,13 @@ class Versioned(Protocol):
     def event_count(self) -> int:
         """How many events it has."""
         ...
+
+
+def check_limit(limit: object) -> None:
+    """Refuse a ``list_operations`` limit that is not a whole number >= 1, naming it."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        msg = f"limit must be a whole number >= 1, not {limit!r}"
+        raise InvalidRequestError(msg)
 
 
 def describe_mismatch(record: Versioned, expect: Expect, *, lease_expired: bool) -> str | None:

@@ -21,7 +21,12 @@ from _ledger_samples import (
     operation,
 )
 
-from effectguard.errors import FencedWriteError, LedgerUnavailableError, OperationNotFoundError
+from effectguard.errors import (
+    FencedWriteError,
+    InvalidRequestError,
+    LedgerUnavailableError,
+    OperationNotFoundError,
+)
 from effectguard.ledger.chain import from_micros
 from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease
 from effectguard.model import EffectStatus, EventType
@@ -439,8 +444,9 @@ def test_list_operations_is_newest_first_and_filters(ledger, clock):
     assert [r.operation_id for r in dispatched] == ["op-2"]
     assert [r.operation_id for r in ledger.list_operations(contract="refund")] == ["op-3", "op-1"]
     assert [r.operation_id for r in ledger.list_operations(limit=2)] == ["op-0", "op-3"]
-    with pytest.raises(ValueError, match="limit"):
-        ledger.list_operations(limit=0)
+    for bad in (0, "x", True, 2.5):
+        with pytest.raises(InvalidRequestError, match="limit"):
+            ledger.list_operations(limit=bad)
 
 
 def test_a_closed_ledger_refuses_to_serve(make_ledger, clock):

@@ -94,6 +94,7 @@ from effectguard.ledger.protocol import (
     EventDraft,
     Expect,
     NewOperation,
+    check_limit,
     describe_mismatch,
 )
 from effectguard.ledger.resolution import OperatorResolution
@@ -465,9 +466,7 @@ class PostgresEffectLedger(OperatorResolution):
         limit: int = 100,
     ) -> list[OperationRecord]:
         """See :meth:`EffectLedger.list_operations`."""
-        if limit < 1:
-            msg = f"limit must be >= 1, not {limit}"
-            raise ValueError(msg)
+        check_limit(limit)
         clauses = []
         params: dict[str, Any] = {"limit": limit}
         if status is not None:

@@ -35,6 +35,7 @@ from effectguard.ledger.protocol import (
     EventDraft,
     Expect,
     NewOperation,
+    check_limit,
     describe_mismatch,
 )
 from effectguard.ledger.resolution import OperatorResolution
@@ -266,9 +267,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
         limit: int = 100,
     ) -> list[OperationRecord]:
         """See :meth:`EffectLedger.list_operations`."""
-        if limit < 1:
-            msg = f"limit must be >= 1, not {limit}"
-            raise ValueError(msg)
+        check_limit(limit)
         clauses, params = [], []
         if status is not None:
             clauses.append("status = ?")
