@@ -4,7 +4,7 @@ JSON views are for machines and carry every field an operator may need, except
 lease tokens, which are write capabilities rather than facts. Text views are
 for people: aligned columns, UTC times. Both escape every stored character
 that is not printable (controls, DEL, C1 such as U+009B, bidi overrides such
-as U+202E): text as Python escapes it, JSON as ``\uXXXX``, because arguments
+as U+202E): text as Python escapes it, JSON as ``\u`` escapes, because arguments
 and ids come from agents and callers, and must never be able to drive the
 operator's terminal or disguise what it shows.
 """
