@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from extras_support import REQUIRE_EXTRAS, extras_required
 from postgres_support import POSTGRES_URL, REQUIRE_POSTGRES, postgres_required, with_schema
 
 from effectguard.ledger import EffectLedger, open_ledger
@@ -26,12 +27,22 @@ BACKENDS = ["sqlite", "postgres"]
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
-    """When PostgreSQL is required, a PostgreSQL test that skipped for any reason fails."""
+    """In CI, a PostgreSQL or optional-extra test that skipped for any reason fails.
+
+    With ``EFFECTGUARD_REQUIRE_POSTGRES=1`` a test marked ``postgres`` may not skip;
+    with ``EFFECTGUARD_REQUIRE_EXTRAS=1`` no test may skip at all, since every
+    extra is installed and nothing else is a reason to skip in this suite.
+    """
     outcome = yield
     report = outcome.get_result()
-    if report.skipped and postgres_required() and item.get_closest_marker("postgres"):
+    if not report.skipped:
+        return
+    if postgres_required() and item.get_closest_marker("postgres"):
         report.outcome = "failed"
         report.longrepr = f"skipped, but {REQUIRE_POSTGRES}=1 is set: {report.longrepr}"
+    elif extras_required():
+        report.outcome = "failed"
+        report.longrepr = f"skipped, but {REQUIRE_EXTRAS}=1 is set: {report.longrepr}"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,0 +1,40 @@
+"""Optional-extra test plumbing: a test that needs an extra skips without it, or fails in CI.
+
+A user's machine may have any subset of the extras (``langgraph``,
+``pydantic-ai``, ``openai-agents``, ``mcp``, ``otel``, ``console``) installed;
+their tests skip with a reason naming the extra to install. CI installs every
+extra and sets ``EFFECTGUARD_REQUIRE_EXTRAS=1``, which turns any such skip into
+a failure, so an adapter, telemetry or console test can never pass by not running.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+import pytest
+
+REQUIRE_EXTRAS = "EFFECTGUARD_REQUIRE_EXTRAS"
+
+
+def extras_required() -> bool:
+    """True when every extra's tests must run (CI): a skip of one is then a failure."""
+    return os.environ.get(REQUIRE_EXTRAS, "").strip() not in ("", "0")
+
+
+def import_extra(module: str, extra: str) -> ModuleType:
+    """Return ``module``; without it skip the calling test module, or fail when extras are required.
+
+    Call it at module level in a test module that needs ``effectguard[extra]``.
+    """
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        reason = (
+            f"needs the {extra!r} extra ({exc.name} is not installed): "
+            f"pip install -e '.[dev,{extra}]'"
+        )
+        if extras_required():
+            pytest.fail(f"{reason}, and {REQUIRE_EXTRAS}=1 is set", pytrace=False)
+        pytest.skip(reason, allow_module_level=True)
