@@ -17,7 +17,7 @@ MAP = ROOT / "docs" / "architecture.md"
 
 CORE_MODULES = ("errors", "model", "contract", "codec", "config", "fingerprint")
 CORE = ("decorator", "executor", "ledger", *CORE_MODULES)
-BUILT_ON_THE_CORE = ("runtime", "cli", "testkit", "bench")
+BUILT_ON_THE_CORE = ("runtime", "cli", "console", "testkit", "bench")
 
 
 def _modules() -> dict[str, Path]:

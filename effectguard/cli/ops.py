@@ -331,5 +331,10 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
             file.write(views.to_json(head.to_json()) + "\n")
 
 
+# Registered here, defined apart: the console's command is long and its extra optional.
+from effectguard.cli._serve import serve as _serve  # noqa: E402 - after main exists
+
+main.add_command(_serve)
+
 if __name__ == "__main__":
     main()
