@@ -11,16 +11,16 @@ from extras_support import import_extra
 
 langgraph = import_extra("langgraph", "langgraph")
 
-from click.testing import CliRunner  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from lg_world import PAYMENT, World, calls, make_world, pay, start_message, tool_messages  # noqa: E402
+from click.testing import CliRunner
+from langgraph.checkpoint.memory import InMemorySaver
+from lg_world import PAYMENT, World, calls, make_world, pay, start_message, tool_messages
 
-from effectguard import ConfigurationError, EffectStatus, call_scoped, effect  # noqa: E402
-from effectguard.adapters import PendingEffect  # noqa: E402
-from effectguard.adapters._langgraph_tool import _run_id  # noqa: E402
-from effectguard.adapters.langgraph import as_tool, pending_effects, resume_command  # noqa: E402
-from effectguard.cli.ops import main as ops  # noqa: E402
-from effectguard.testkit import Fault  # noqa: E402
+from effectguard import ConfigurationError, EffectStatus, call_scoped, effect
+from effectguard.adapters import PendingEffect
+from effectguard.adapters._langgraph_tool import _run_id
+from effectguard.adapters.langgraph import as_tool, pending_effects, resume_command
+from effectguard.cli.ops import main as ops
+from effectguard.testkit import Fault
 
 CONFIG = {"configurable": {"thread_id": "thread-1"}}
 AUDIT = [
