@@ -32,7 +32,7 @@ from __future__ import annotations
 import inspect
 import logging
 import types
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from effectguard.adapters._effect_tools import (
@@ -101,7 +101,12 @@ async def _call(tool: EffectTool, arguments: dict[str, Any]) -> Any:
     except OperationConflictError as exc:
         raise ToolError(f"{exc}; nothing was sent. Do not retry with these arguments.") from exc
     if result.status is EffectStatus.CONFIRMED:
-        return result.output
+        output = result.output
+        if isinstance(output, Mapping):
+            # Structured whatever the annotation says (a bare ``dict`` gets no output schema).
+            text = [TextContent(type="text", text=as_text(output))]
+            return CallToolResult(content=text, structured_content=dict(output))
+        return output
     if result.status is EffectStatus.REJECTED:
         raise ToolError(rejection_message(tool.name, result))
     payload = pending_payload(tool.name, result, call_id=None, run_id=None)
