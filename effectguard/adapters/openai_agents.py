@@ -39,17 +39,23 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from effectguard.adapters._effect_tools import (
-    UNSETTLED,
-    EffectTool,
-    as_text,
-    parse_pending,
-    pending_payload,
-    rejection_message,
+from effectguard.adapters._common import (
+    Confirmed,
+    Outcome,
+    Pending,
+    PendingEffect,
+    PublicSignature,
+    is_pending_payload,
+    public_signature,
+    resume_effect,
+    resume_effect_async,
+    run_effect_async,
 )
-from effectguard.errors import ConfigurationError, OperationConflictError
-from effectguard.model import EffectResult, EffectStatus
-from effectguard.scope import call_scope
+from effectguard.adapters._effect_tools import as_text, keyword_parameters, stand_in
+from effectguard.decorator import executor_of, operation_id_of
+from effectguard.errors import ConfigurationError
+from effectguard.model import EffectStatus
+from effectguard.scope import CallScope, call_scope
 
 try:
     from agents import FunctionTool, RunContextWrapper, ToolsToFinalOutputResult, function_tool
@@ -83,7 +89,7 @@ DEFAULT_RUN_ID = "openai-agents"
 #: A run id, or how to read one from the run context (e.g. a conversation id in your context).
 RunId = str | Callable[[RunContextWrapper[Any]], str]
 
-_TOOL_ATTRIBUTE = "_effectguard_tool"
+_TOOL_ATTRIBUTE = "_effectguard_effect"
 
 
 def _run_id(run_id: RunId, ctx: RunContextWrapper[Any]) -> str:
@@ -94,45 +100,41 @@ def _run_id(run_id: RunId, ctx: RunContextWrapper[Any]) -> str:
     return value
 
 
-def _output(tool: EffectTool, result: EffectResult[Any], call_id: str, run_id: str) -> str:
-    """The text the model reads for ``result``: output, final rejection, or pending payload."""
-    if result.status is EffectStatus.CONFIRMED:
-        return as_text(result.output)
-    if result.status is EffectStatus.REJECTED:
-        return rejection_message(tool.name, result)
-    logger.warning(
-        "tool %s (call %s): operation %s is %s; the run should pause",
-        tool.name,
-        call_id,
-        result.operation_id,
-        result.status.value,
-    )
-    payload = pending_payload(tool.name, result, call_id=call_id, run_id=run_id)
-    return json.dumps(payload, ensure_ascii=False)
+def _text(outcome: Outcome, run_id: str) -> str:
+    """What the model reads: the output, a refusal that invites no retry, or the pending payload.
 
-
-async def _invoke(
-    tool: EffectTool, ctx: ToolContext[Any], arguments: dict[str, Any], run_id: RunId
-) -> str:
-    scope = _run_id(run_id, ctx)
-    try:
-        result = await tool.execute(arguments, run_id=scope, call_id=ctx.tool_call_id)
-    except OperationConflictError as exc:
-        return (
-            f"{tool.name} was not sent: {exc}. Do not call {tool.name} again with these "
-            "arguments; tell the user."
+    The payload keeps ``run_id`` beside the shared fields, so a later
+    :func:`settle_input` recomputes the same operation id.
+    """
+    if isinstance(outcome, Confirmed):
+        return as_text(outcome.output)
+    if isinstance(outcome, Pending):
+        effect = outcome.effect
+        logger.warning(
+            "tool %s (call %s): operation %s is %s; the run should pause",
+            effect.tool,
+            effect.tool_call_id,
+            effect.operation_id,
+            effect.status.value,
         )
-    return _output(tool, result, ctx.tool_call_id, scope)
+        message = (
+            f"The outcome of {effect.tool} is not confirmed (operation {effect.operation_id} "
+            f"is {effect.status.value}). Do not call {effect.tool} again for it and do not "
+            "report it as done: an operator must resolve it, then the host resumes this call."
+        )
+        payload = {**effect.to_json(), "run_id": run_id, "message": message}
+        return json.dumps(payload, ensure_ascii=False)
+    return outcome.message
 
 
-def _failure_message(tool: EffectTool) -> Callable[[RunContextWrapper[Any], Exception], str]:
+def _failure_message(public: PublicSignature) -> Callable[[RunContextWrapper[Any], Exception], str]:
     def failure(ctx: RunContextWrapper[Any], error: Exception) -> str:  # noqa: ARG001 - SDK's signature
         if isinstance(error, ModelBehaviorError):
-            return f"{tool.name} was not called, its arguments are invalid: {error}"
-        logger.error("tool %s failed: %s", tool.name, error, exc_info=error)
+            return f"{public.name} was not called, its arguments are invalid: {error}"
+        logger.error("tool %s failed: %s", public.name, error, exc_info=error)
         return (
-            f"{tool.name} could not be completed ({type(error).__name__}: {error}). "
-            f"Do not call {tool.name} again in this run; tell the user it needs attention."
+            f"{public.name} could not be completed ({type(error).__name__}: {error}). "
+            f"Do not call {public.name} again in this run; tell the user it needs attention."
         )
 
     return failure
@@ -144,34 +146,35 @@ def as_function_tool(
     """Return a ``FunctionTool`` running the ``@effect`` function ``fn`` under its contract.
 
     Its schema holds exactly ``fn``'s business parameters, keyword-only, with
-    their docstring descriptions. A call returns the confirmed output as text,
-    a rejection as a final message, and an unconfirmed effect as the pending
-    payload (JSON); errors come back through a ``failure_error_function`` that
-    does not invite a retry. With ``gate`` (the default) a call of an
-    operation that is not settled is interrupted before dispatch
-    (:func:`ledger_gate`).
+    their docstring descriptions. A call runs under the call scope
+    ``(run_id, tool_call_id)`` and returns the confirmed output as text, a
+    refusal (rejected, conflicting) as a message that invites no retry, and
+    an unconfirmed effect as the pending payload (JSON). Any other failure
+    reaches the model through a ``failure_error_function`` that does not say
+    "try again". With ``gate`` (the default) a call of an operation that is
+    not settled is interrupted before dispatch (:func:`ledger_gate`).
     """
-    tool = EffectTool.read(fn, name=name)
+    public = public_signature(fn, name=name)
 
     async def invoke(ctx: ToolContext[Any], **arguments: Any) -> str:
-        return await _invoke(tool, ctx, arguments, run_id)
+        scope = CallScope(_run_id(run_id, ctx), ctx.tool_call_id)
+        outcome = await run_effect_async(
+            fn, arguments, scope=scope, tool=public.name, tool_call_id=ctx.tool_call_id
+        )
+        return _text(outcome, scope.run_id)
 
     context = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ToolContext[Any]
     )
-    parameters = [context, *tool.described_parameters(Field)]
-    invoke.__signature__ = inspect.Signature(parameters, return_annotation=str)  # type: ignore[attr-defined]
-    invoke.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": str}
-    invoke.__name__ = invoke.__qualname__ = tool.name
     made = function_tool(
-        invoke,
-        name_override=tool.name,
-        description_override=tool.description or tool.name,
+        stand_in(invoke, public, [context, *keyword_parameters(public, Field)], str),
+        name_override=public.name,
+        description_override=public.description,
         use_docstring_info=False,
-        failure_error_function=_failure_message(tool),
+        failure_error_function=_failure_message(public),
         needs_approval=ledger_gate(fn, run_id=run_id) if gate else False,
     )
-    setattr(made, _TOOL_ATTRIBUTE, tool)
+    setattr(made, _TOOL_ATTRIBUTE, fn)
     return made
 
 
@@ -181,28 +184,38 @@ def ledger_gate(
     """A ``needs_approval=`` policy: True when the call's operation was sent and is not settled.
 
     The operation id is computed as the tool body computes it (same run id,
-    the SDK's ``call_id``), and the ledger is read, never written: a call of an
+    the SDK's ``call_id``), and the ledger is only read: a call of an
     operation that is DISPATCHED, OUTCOME_UNKNOWN, RECONCILING or QUARANTINED
-    is interrupted before anything is dispatched. Arguments the tool cannot
-    bind are left to the tool body to report.
+    is interrupted before anything is dispatched. Arguments that do not fit
+    the tool are left to the tool body to report.
     """
-    tool = EffectTool.read(fn)
+    public = public_signature(fn)
 
     async def needs_approval(
         ctx: RunContextWrapper[Any], parameters: dict[str, Any], call_id: str
     ) -> bool:
         with call_scope(run_id=_run_id(run_id, ctx), call_id=call_id):
             try:
-                operation = tool.operation_id(parameters)
+                operation = operation_id_of(fn, **parameters)
             except TypeError:
                 return False
-        record = await asyncio.to_thread(tool.executor().ledger.get, operation)
-        unsettled = record is not None and record.status in UNSETTLED
+        record = await asyncio.to_thread(executor_of(fn).ledger.get, operation)
+        unsettled = record is not None and record.status in _UNSETTLED
         if unsettled:
-            logger.info("tool %s: operation %s is unsettled; interrupting", tool.name, operation)
+            logger.info("tool %s: operation %s is unsettled; interrupting", public.name, operation)
         return unsettled
 
     return needs_approval
+
+
+_UNSETTLED = frozenset(
+    {
+        EffectStatus.DISPATCHED,
+        EffectStatus.OUTCOME_UNKNOWN,
+        EffectStatus.RECONCILING,
+        EffectStatus.QUARANTINED,
+    }
+)
 
 
 def stop_on_unconfirmed(
@@ -211,11 +224,11 @@ def stop_on_unconfirmed(
 ) -> ToolsToFinalOutputResult:
     """A ``tool_use_behavior`` ending the run when a tool's effect is not confirmed.
 
-    The model never reads the pending output, so it cannot answer "done" or
-    call again; ``final_output`` is a text naming each pending operation, and
-    :func:`pending_effects` gives their payloads.
+    The model never reads the pending output, so it can neither answer "done"
+    nor call again; ``final_output`` is a text naming each pending operation,
+    and :func:`pending_effects` gives their payloads.
     """
-    pending = [p for r in results if (p := parse_pending(r.output)) is not None]
+    pending = [p for r in results if (p := _payload(r.output)) is not None]
     if not pending:
         return ToolsToFinalOutputResult(is_final_output=False)
     listed = "; ".join(f"{p['tool']}: {p['operation_id']} ({p['status']})" for p in pending)
@@ -223,6 +236,17 @@ def stop_on_unconfirmed(
         is_final_output=True,
         final_output=f"Paused: {len(pending)} effect(s) await an operator: {listed}",
     )
+
+
+def _payload(output: object) -> dict[str, Any] | None:
+    """The pending payload a tool output holds, or None for any other output."""
+    if not isinstance(output, str) or not output.startswith("{"):
+        return None
+    try:
+        found = json.loads(output)
+    except ValueError:
+        return None
+    return found if is_pending_payload(found) else None
 
 
 def pending_effects(result: Any) -> list[dict[str, Any]]:
@@ -237,30 +261,28 @@ def pending_effects(result: Any) -> list[dict[str, Any]]:
             for item in result
             if isinstance(item, Mapping) and item.get("type") == "function_call_output"
         )
-    return [p for p in (parse_pending(output) for output in outputs) if p is not None]
+    return [p for p in (_payload(output) for output in outputs) if p is not None]
 
 
-def _table(tools: Mapping[str, Any] | Iterable[Any]) -> dict[str, EffectTool]:
-    """The tools by name: ``@effect`` functions, ``as_function_tool`` tools, or a name mapping."""
+def _table(tools: Mapping[str, Any] | Iterable[Any]) -> dict[str, Any]:
+    """The ``@effect`` functions by tool name, from functions, our ``FunctionTool``s or a mapping."""
     if isinstance(tools, Mapping):
-        return {name: EffectTool.read(fn, name=name) for name, fn in tools.items()}
+        return dict(tools)
     table = {}
     for given in tools:
-        tool = getattr(given, _TOOL_ATTRIBUTE, None)
-        if tool is None:
-            if isinstance(given, FunctionTool):
-                msg = f"tool {given.name!r} was not made by as_function_tool: pass the @effect fn"
-                raise ConfigurationError(msg)
-            tool = EffectTool.read(given)
-        table[tool.name] = tool
+        fn = getattr(given, _TOOL_ATTRIBUTE, given)
+        if isinstance(fn, FunctionTool):
+            msg = f"tool {fn.name!r} was not made by as_function_tool: pass its @effect function"
+            raise ConfigurationError(msg)
+        table[given.name if isinstance(given, FunctionTool) else public_signature(fn).name] = fn
     return table
 
 
-Pending = tuple[int, EffectTool, dict[str, Any], dict[str, Any]]
+_Call = tuple[int, Any, dict[str, Any], PendingEffect, CallScope]
 
 
-def _pending_calls(items: Sequence[Any], table: Mapping[str, EffectTool]) -> list[Pending]:
-    """Each pending tool output of ``items``: its index, tool, call arguments and payload."""
+def _pending_calls(items: Sequence[Any], table: Mapping[str, Any]) -> list[_Call]:
+    """Each pending tool output of ``items``: its index, function, arguments, payload and scope."""
     calls = {
         item.get("call_id"): item
         for item in items
@@ -270,38 +292,34 @@ def _pending_calls(items: Sequence[Any], table: Mapping[str, EffectTool]) -> lis
     for index, item in enumerate(items):
         if not isinstance(item, Mapping) or item.get("type") != "function_call_output":
             continue
-        payload = parse_pending(item.get("output"))
+        payload = _payload(item.get("output"))
         if payload is None:
             continue
-        tool = table.get(payload["tool"])
-        if tool is None:
+        pending = PendingEffect.from_json(payload)
+        fn = table.get(pending.tool)
+        if fn is None:
             msg = (
-                f"call {item.get('call_id')} of {payload['tool']!r} is pending, and tools= does "
+                f"call {pending.tool_call_id} of {pending.tool!r} is pending, and tools= does "
                 f"not hold that tool (it holds {sorted(table)}); pass it to settle the call"
             )
             raise ConfigurationError(msg)
         call = calls.get(item.get("call_id"))
         if call is None:
-            msg = f"the input items hold no function_call for call {item.get('call_id')!r}"
-            raise ValueError(msg)
-        found.append((index, tool, json.loads(call["arguments"] or "{}"), payload))
+            msg = f"the input items hold no function_call for call {pending.tool_call_id!r}"
+            raise ConfigurationError(msg)
+        scope = CallScope(str(payload["run_id"]), pending.tool_call_id)
+        found.append((index, fn, json.loads(call["arguments"] or "{}"), pending, scope))
     return found
 
 
 def _settled(
-    items: Sequence[Any], pending: list[Pending], results: list[EffectResult[Any]]
+    items: Sequence[Any], pending: list[_Call], outcomes: list[Outcome]
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     settled = list(items)
     waiting = []
-    for (index, tool, _, payload), result in zip(pending, results, strict=True):
-        if result.operation_id != payload["operation_id"]:
-            msg = (
-                f"call {payload['tool_call_id']} now names operation {result.operation_id!r}, "
-                f"not {payload['operation_id']!r}: was the tool's run_id= changed?"
-            )
-            raise ConfigurationError(msg)
-        text = _output(tool, result, payload["tool_call_id"], payload["run_id"])
-        still = parse_pending(text)
+    for (index, _, _, _, scope), outcome in zip(pending, outcomes, strict=True):
+        text = _text(outcome, scope.run_id)
+        still = _payload(text)
         if still is not None:
             waiting.append(still)
         settled[index] = {**items[index], "output": text}
@@ -313,19 +331,21 @@ def settle_input(
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """Replace each pending tool output of ``items`` with what the ledger now holds.
 
-    Each pending call is run again under its own call scope: a CONFIRMED or
-    REJECTED operation replays, an OUTCOME_UNKNOWN one is probed again, a
-    QUARANTINED one is never dispatched. Returns the new items (for
-    ``Runner.run(agent, items)``) and the payloads of the calls still waiting
-    for an operator (empty when the run can continue). Sync tools only; use
-    :func:`asettle_input` for async ones.
+    ``items`` is ``result.to_input_list()`` of a paused run; ``tools`` the
+    ``@effect`` functions (or the tools :func:`as_function_tool` made, or a
+    name → function mapping). Each pending call is resumed under its own call
+    scope: a QUARANTINED operation stays pending and nothing is called, an
+    OUTCOME_UNKNOWN one is probed again, a CONFIRMED or REJECTED one replayed.
+    Returns the new items, for ``Runner.run(agent, items)``, and the payloads
+    still waiting for an operator (empty when the run can continue). Sync
+    tools only; :func:`asettle_input` takes async ones too.
     """
     pending = _pending_calls(items, _table(tools))
-    results = [
-        tool.execute_sync(arguments, run_id=p["run_id"], call_id=p["tool_call_id"])
-        for _, tool, arguments, p in pending
+    outcomes = [
+        resume_effect(fn, arguments, pending=effect, scope=scope)
+        for _, fn, arguments, effect, scope in pending
     ]
-    return _settled(items, pending, results)
+    return _settled(items, pending, outcomes)
 
 
 async def asettle_input(
@@ -333,9 +353,8 @@ async def asettle_input(
 ) -> tuple[list[Any], list[dict[str, Any]]]:
     """:func:`settle_input` for sync and async tools, from a running event loop."""
     pending = _pending_calls(items, _table(tools))
-    results = [
-        await tool.execute(arguments, run_id=p["run_id"], call_id=p["tool_call_id"])
-        for _, tool, arguments, p in pending
+    outcomes = [
+        await resume_effect_async(fn, arguments, pending=effect, scope=scope)
+        for _, fn, arguments, effect, scope in pending
     ]
-    return _settled(items, pending, results)
-
+    return _settled(items, pending, outcomes)

@@ -17,7 +17,8 @@ from mcp import Client, StdioServerParameters  # noqa: E402 - after the extra's 
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 
 from effectguard import EffectRejected, call_scoped, effect  # noqa: E402
-from effectguard.adapters.mcp import PENDING_KEY, register, register_all  # noqa: E402
+from effectguard.decorator import executor_of  # noqa: E402
+from effectguard.adapters.mcp import PENDING_META_KEY, register, register_all  # noqa: E402
 from effectguard.errors import ConfigurationError  # noqa: E402
 from effectguard.testkit import Fault  # noqa: E402
 
@@ -96,9 +97,10 @@ def test_lost_acknowledgement_returns_the_pending_payload(tmp_path, kind):
     assert payload["operation_id"] == "invoice:INV-1:capture"
     assert payload["status"] == "QUARANTINED"
     assert payload["tool"] == "capture"
-    assert "confirm invoice:INV-1:capture" in payload["resolve"]
-    assert result.meta[PENDING_KEY] == payload
-    assert "Retry this call later with the same arguments" in result.content[0].text
+    assert payload["kind"] == "effectguard.pending_effect"
+    assert "confirm invoice:INV-1:capture" in payload["operator_command"]
+    assert result.meta[PENDING_META_KEY] == payload
+    assert "retry this call later with the same arguments" in result.content[0].text
     assert "Error executing tool" not in result.content[0].text
     assert shop.payments.committed() == 1
     shop.close()
@@ -188,7 +190,7 @@ def test_a_rejected_operation_is_a_final_tool_error(tmp_path):
     shop = open_shop(tmp_path)
     calls = []
 
-    @effect(operation_id="refund:{invoice_id}", executor=shop.capture._self_tool.executor)
+    @effect(operation_id="refund:{invoice_id}", executor=executor_of(shop.capture))
     def refund(invoice_id: str) -> dict:
         """Refund an invoice."""
         calls.append(invoice_id)
@@ -202,7 +204,7 @@ def test_a_rejected_operation_is_a_final_tool_error(tmp_path):
     for result in (first, second):
         assert result.is_error
         assert "card closed" in result.content[0].text
-        assert "is final" in result.content[0].text
+        assert "never sent again" in result.content[0].text
         assert not result.structured_content
     assert calls == ["INV-9"]
     shop.close()
@@ -212,11 +214,11 @@ def test_call_scoped_operation_ids_are_refused(tmp_path):
     """An operation id from the call scope is refused at registration: MCP ids change per retry."""
     shop = open_shop(tmp_path)
 
-    @effect(operation_id=call_scoped("charge"), executor=shop.capture._self_tool.executor)
+    @effect(operation_id=call_scoped("charge"), executor=executor_of(shop.capture))
     def charge(customer_id: str) -> dict:
         return {"customer_id": customer_id}
 
-    @effect(operation_id="mail:{run_id}:{call_id}", executor=shop.capture._self_tool.executor)
+    @effect(operation_id="mail:{run_id}:{call_id}", executor=executor_of(shop.capture))
     def notify(customer_id: str) -> dict:
         return {"customer_id": customer_id}
 
@@ -235,7 +237,7 @@ def test_register_refuses_what_it_cannot_serve(tmp_path):
     def plain(x: int) -> int:
         return x
 
-    with pytest.raises(ConfigurationError, match="not an @effect function"):
+    with pytest.raises(ConfigurationError, match="decorated with @effect"):
         register(server, plain)
     with pytest.raises(ConfigurationError, match="only pause='error'"):
         register(server, shop.capture, pause="input_required")
