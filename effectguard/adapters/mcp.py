@@ -76,7 +76,7 @@ _SCOPED_TYPE = type(call_scoped("x"))
 
 
 def _refuse_scoped(fn: Any, tool: str) -> None:
-    """Refuse an operation id drawn from the call scope: MCP has no call id that survives a retry."""
+    """Refuse an operation id from the call scope: no MCP call id survives a retry."""
     contract = get_contract(fn)
     op = None if contract is None else contract.operation_id
     if isinstance(op, _SCOPED_TYPE) or (isinstance(op, IdentityTemplate) and op.scoped):
@@ -133,8 +133,8 @@ async def _call(fn: Any, public: PublicSignature, arguments: dict[str, Any], req
     output = outcome.output
     if isinstance(output, Mapping):
         # Structured whatever the annotation says (a bare ``dict`` gets no output schema).
-        content = [TextContent(type="text", text=as_text(output))]
-        return CallToolResult(content=content, structured_content=dict(output))
+        text = TextContent(type="text", text=as_text(output))
+        return CallToolResult(content=[text], structured_content=dict(output))
     return output
 
 

@@ -265,7 +265,7 @@ def pending_effects(result: Any) -> list[dict[str, Any]]:
 
 
 def _table(tools: Mapping[str, Any] | Iterable[Any]) -> dict[str, Any]:
-    """The ``@effect`` functions by tool name, from functions, our ``FunctionTool``s or a mapping."""
+    """The ``@effect`` functions by tool name: from functions, our ``FunctionTool``s, a mapping."""
     if isinstance(tools, Mapping):
         return dict(tools)
     table = {}

@@ -37,9 +37,11 @@ class Shop:
 
     @property
     def ledger_path(self) -> str:
+        """The ledger file, as ``agent-effect-ops --db`` takes it."""
         return str(self.directory / "ledger.db")
 
     def close(self) -> None:
+        """Close the ledger."""
         # Only the ledger: a fake provider's Store cannot close connections that worker
         # threads (asyncio.to_thread, the SDKs' thread pools) opened, and raises.
         self.ledger.close()
@@ -80,6 +82,7 @@ def _tools(
             Args:
                 invoice_id: The invoice to capture, e.g. INV-1042.
                 amount_cents: The amount to capture, in cents.
+                idempotency_key: Supplied by the executor, never by the model.
             """
             return payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
 
@@ -90,18 +93,22 @@ def _tools(
             Args:
                 to: The customer's email address.
                 invoice_id: The invoice the receipt is for.
+                idempotency_key: Supplied by the executor, never by the model.
             """
             return mail.send(to, f"Receipt {invoice_id}", "Paid.", message_id=idempotency_key)
 
         return capture, send_receipt
 
     @effect(operation_id=CAPTURE_OPERATION, executor=executor)
-    async def capture(invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED) -> dict:
+    async def capture(
+        invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
+    ) -> dict:
         """Capture the payment of an invoice.
 
         Args:
             invoice_id: The invoice to capture, e.g. INV-1042.
             amount_cents: The amount to capture, in cents.
+            idempotency_key: Supplied by the executor, never by the model.
         """
         return payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
 
@@ -112,6 +119,7 @@ def _tools(
         Args:
             to: The customer's email address.
             invoice_id: The invoice the receipt is for.
+            idempotency_key: Supplied by the executor, never by the model.
         """
         return mail.send(to, f"Receipt {invoice_id}", "Paid.", message_id=idempotency_key)
 

@@ -1,4 +1,6 @@
-"""One phase of an OpenAI Agents run in its own process: ``python openai_agents_child.py PHASE DIR``.
+"""One phase of an OpenAI Agents run, in a process of its own.
+
+``python openai_agents_child.py PHASE DIR``.
 
 ``pause``: the capture's acknowledgement is lost and the run stops; the model
 then asks again, the ledger gate interrupts, and the run state is written to
@@ -13,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from agents import RunState, Runner
+from agents import Runner, RunState
 from effect_shop import open_shop
 from openai_agents_support import OFFLINE, ScriptModel, say, shop_agent, tool_call
 

@@ -1,4 +1,4 @@
-"""An offline ``Model`` for the OpenAI Agents SDK: it plays scripted turns and records its inputs."""
+"""An offline ``Model`` for the OpenAI Agents SDK: scripted turns, recorded inputs."""
 
 from __future__ import annotations
 
@@ -51,20 +51,9 @@ class ScriptModel(Model):
         self.turns = [list(turn) for turn in turns]
         self.inputs: list[Any] = []
 
-    async def get_response(  # noqa: PLR0913 - the SDK's signature
-        self,
-        system_instructions: str | None,
-        input: Any,  # noqa: A002 - the SDK's name
-        model_settings: Any,
-        tools: Any,
-        output_schema: Any,
-        handoffs: Any,
-        tracing: Any,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: Any,
-    ) -> ModelResponse:
+    async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        """Return the next turn; the input (second argument) is recorded."""
+        input = args[1] if len(args) > 1 else kwargs["input"]  # noqa: A001 - the SDK's name
         self.inputs.append(input)
         if not self.turns:
             msg = "the model was called more often than scripted"
@@ -72,6 +61,7 @@ class ScriptModel(Model):
         return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        """Not scripted: these tests never stream."""
         msg = "these tests do not stream"
         raise NotImplementedError(msg)
 

@@ -11,16 +11,21 @@ import pytest
 from effect_shop import Shop, confirm_with_cli, confirm_with_ledger, open_shop
 from extras_support import import_extra
 
+from effectguard import EffectRejected, call_scoped, effect
+from effectguard.decorator import executor_of
+from effectguard.errors import ConfigurationError
+from effectguard.testkit import Fault
+
 mcp = import_extra("mcp", "mcp")
 
 from mcp import Client, StdioServerParameters  # noqa: E402 - after the extra's check
-from mcp.server.mcpserver import MCPServer  # noqa: E402
+from mcp.server.mcpserver import MCPServer  # noqa: E402 - after the extra's check
 
-from effectguard import EffectRejected, call_scoped, effect  # noqa: E402
-from effectguard.decorator import executor_of  # noqa: E402
-from effectguard.adapters.mcp import PENDING_META_KEY, register, register_all  # noqa: E402
-from effectguard.errors import ConfigurationError  # noqa: E402
-from effectguard.testkit import Fault  # noqa: E402
+from effectguard.adapters.mcp import (  # noqa: E402 - imports mcp, after the extra's check
+    PENDING_META_KEY,
+    register,
+    register_all,
+)
 
 I1 = {"invoice_id": "INV-1", "amount_cents": 1999}
 RECEIPT = {"to": "ada@example.com", "invoice_id": "INV-1"}
@@ -45,7 +50,7 @@ async def call(server: Any, name: str, arguments: dict[str, Any]) -> Any:
 
 
 def test_schema_is_the_business_parameters_with_descriptions(tmp_path):
-    """The input schema holds exactly the business parameters, described; the hints say idempotent."""
+    """The input schema is exactly the business parameters, described; the tool is idempotent."""
     shop = open_shop(tmp_path)
 
     async def listed() -> Any:

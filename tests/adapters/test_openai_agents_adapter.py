@@ -1,4 +1,4 @@
-"""The OpenAI Agents SDK adapter, run by an offline scripted Model, counted at the fake providers."""
+"""The OpenAI Agents SDK adapter, run by an offline scripted Model, counted at the providers."""
 
 from __future__ import annotations
 
@@ -12,21 +12,28 @@ import pytest
 from effect_shop import confirm_with_cli, confirm_with_ledger, open_shop
 from extras_support import import_extra
 
+from effectguard import EffectRejected, call_scoped, effect
+from effectguard.decorator import executor_of
+from effectguard.errors import ConfigurationError
+from effectguard.testkit import Fault
+
 agents = import_extra("agents", "openai-agents")
 
-from agents import RunState, Runner  # noqa: E402 - after the extra's check
-from openai_agents_support import OFFLINE, ScriptModel, say, shop_agent, tool_call  # noqa: E402
+from agents import Runner, RunState  # noqa: E402 - after the extra's check
+from openai_agents_support import (  # noqa: E402 - imports agents, after the extra's check
+    OFFLINE,
+    ScriptModel,
+    say,
+    shop_agent,
+    tool_call,
+)
 
-from effectguard import EffectRejected, call_scoped, effect  # noqa: E402
-from effectguard.adapters.openai_agents import (  # noqa: E402
+from effectguard.adapters.openai_agents import (  # noqa: E402 - imports agents, after the check
     as_function_tool,
     asettle_input,
     pending_effects,
     settle_input,
 )
-from effectguard.decorator import executor_of  # noqa: E402
-from effectguard.errors import ConfigurationError  # noqa: E402
-from effectguard.testkit import Fault  # noqa: E402
 
 I1 = {"invoice_id": "INV-1", "amount_cents": 1999}
 RECEIPT = {"to": "ada@example.com", "invoice_id": "INV-1"}
@@ -252,12 +259,17 @@ def test_call_scoped_ids_come_from_the_run_id_and_the_tool_call_id(tmp_path):
 
     model = ScriptModel(
         [
-            [tool_call("note", {"text": "a"}, "call-1"), tool_call("note", {"text": "a"}, "call-2")],
+            [
+                tool_call("note", {"text": "a"}, "call-1"),
+                tool_call("note", {"text": "a"}, "call-2"),
+            ],
             [say("Noted.")],
         ]
     )
     agent = shop_agent(model, note, run_id=lambda ctx: ctx.context["conversation"])
-    asyncio.run(Runner.run(agent, "Note a.", context={"conversation": "conv-9"}, run_config=OFFLINE))
+    asyncio.run(
+        Runner.run(agent, "Note a.", context={"conversation": "conv-9"}, run_config=OFFLINE)
+    )
     assert seen == ["a", "a"]
     assert shop.ledger.get("note:conv-9:call-1") is not None
     assert shop.ledger.get("note:conv-9:call-2") is not None
