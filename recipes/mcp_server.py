@@ -35,9 +35,8 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 import effectguard
-from effectguard import INJECTED, effect
+from effectguard import INJECTED, EffectLedger, effect
 from effectguard.adapters.mcp import PENDING_META_KEY, register
-from effectguard.decorator import executor_of
 from effectguard.testkit import FakePaymentProvider, Fault, Lookup
 
 #: A stand-in for your payment API: it commits every request it receives (no key
@@ -66,7 +65,7 @@ def build_server() -> MCPServer:
     return server
 
 
-async def demo() -> int:
+async def demo(ledger: EffectLedger) -> int:
     """Lose the first acknowledgement, retry, resolve as an operator, retry: one capture."""
     provider.faults.set(1, Fault.LOSE_ACK)
     arguments = {"invoice_id": "INV-1042", "amount_cents": 1999}
@@ -81,7 +80,7 @@ async def demo() -> int:
         if found is None:
             print("the provider shows no capture: authorize a retry instead", file=sys.stderr)
             return 1
-        executor_of(capture_payment).ledger.confirm(
+        ledger.confirm(
             payload["operation_id"],
             output=found,
             provider_operation_id=found["id"],
@@ -105,8 +104,8 @@ def main() -> int:
     options = parser.parse_args()
     if options.demo:
         with tempfile.TemporaryDirectory() as directory:
-            effectguard.configure(ledger=str(Path(directory) / "ledger.db"))
-            return asyncio.run(demo())
+            configured = effectguard.configure(ledger=str(Path(directory) / "ledger.db"))
+            return asyncio.run(demo(configured.executor.ledger))
     if not options.ledger:
         parser.error("--ledger is required to serve (or pass --demo)")
     effectguard.configure(ledger=options.ledger)

@@ -31,14 +31,13 @@ from agents import Agent, RunConfig, Runner
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 import effectguard
-from effectguard import INJECTED, effect
+from effectguard import INJECTED, EffectLedger, effect
 from effectguard.adapters.openai_agents import (
     as_function_tool,
     pending_effects,
     settle_input,
     stop_on_unconfirmed,
 )
-from effectguard.decorator import executor_of
 from effectguard.testkit import FakeEmailProvider, Fault, FaultPlan, Lookup
 
 #: A stand-in for your email API: it delivers every send it accepts and, here, loses the
@@ -69,7 +68,7 @@ def answer(call: ModelCall) -> list[Any]:
     return [assistant_message(f"Done: {outputs[-1]['output']}")]
 
 
-async def main() -> int:
+async def main(ledger: EffectLedger) -> int:
     """Run, pause, resolve as an operator, settle and resume; exit 0 only on exactly one email."""
     model = ScriptedModel(
         [
@@ -101,7 +100,7 @@ async def main() -> int:
     if found is None:
         print("the sent log shows no such message: authorize a retry instead", file=sys.stderr)
         return 1
-    executor_of(send_order_confirmation).ledger.confirm(
+    ledger.confirm(
         pending["operation_id"],
         output=found,
         provider_operation_id=found["id"],
@@ -121,5 +120,5 @@ async def main() -> int:
 
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as directory:
-        effectguard.configure(ledger=str(Path(directory) / "ledger.db"))
-        sys.exit(asyncio.run(main()))
+        configured = effectguard.configure(ledger=str(Path(directory) / "ledger.db"))
+        sys.exit(asyncio.run(main(configured.executor.ledger)))

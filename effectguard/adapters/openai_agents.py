@@ -178,6 +178,17 @@ def as_function_tool(
     return made
 
 
+#: Statuses of an operation that was (or may have been) sent and is not settled yet.
+_UNSETTLED = frozenset(
+    {
+        EffectStatus.DISPATCHED,
+        EffectStatus.OUTCOME_UNKNOWN,
+        EffectStatus.RECONCILING,
+        EffectStatus.QUARANTINED,
+    }
+)
+
+
 def ledger_gate(
     fn: Any, *, run_id: RunId = DEFAULT_RUN_ID
 ) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]:
@@ -206,16 +217,6 @@ def ledger_gate(
         return unsettled
 
     return needs_approval
-
-
-_UNSETTLED = frozenset(
-    {
-        EffectStatus.DISPATCHED,
-        EffectStatus.OUTCOME_UNKNOWN,
-        EffectStatus.RECONCILING,
-        EffectStatus.QUARANTINED,
-    }
-)
 
 
 def stop_on_unconfirmed(
@@ -341,6 +342,10 @@ def settle_input(
     tools only; :func:`asettle_input` takes async ones too.
     """
     pending = _pending_calls(items, _table(tools))
+    for _, fn, _, effect, _ in pending:
+        if inspect.iscoroutinefunction(fn):
+            msg = f"{effect.tool} is an async tool: settle with `await asettle_input(...)`"
+            raise TypeError(msg)
     outcomes = [
         resume_effect(fn, arguments, pending=effect, scope=scope)
         for _, fn, arguments, effect, scope in pending

@@ -306,3 +306,14 @@ def test_run_state_round_trips_the_pending_gate(tmp_path):
     assert json.loads(model.tool_outputs()["call-2"]) == CAPTURED
     assert shop.payments.attempts() == 1
     shop.close()
+
+
+def test_settle_input_refuses_an_async_tool(tmp_path):
+    """The sync settle names asettle_input for an async tool, and sends nothing."""
+    shop = open_shop(tmp_path, kind="async", payment_faults=[Fault.LOSE_ACK])
+    model = ScriptModel([[tool_call("capture", I1, "call-1")]])
+    items = run(shop_agent(model, shop.capture), "Capture INV-1.").to_input_list()
+    with pytest.raises(TypeError, match="asettle_input"):
+        settle_input(items, [shop.capture])
+    assert shop.payments.attempts() == 1
+    shop.close()
