@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -248,4 +249,19 @@ def test_register_refuses_what_it_cannot_serve(tmp_path):
         register(server, shop.capture, pause="input_required")
     with pytest.raises(ConfigurationError, match="holds no @effect function"):
         register_all(server, pytest)
+    shop.close()
+
+
+def test_register_all_finds_the_effects_of_an_object(tmp_path):
+    """register_all on an object registers its @effect functions and nothing else."""
+    shop = open_shop(tmp_path)
+    holder = types.SimpleNamespace(capture=shop.capture, helper=len, _hidden=shop.send_receipt)
+    server = MCPServer("shop")
+    assert register_all(server, holder) == ["capture"]
+
+    async def listed() -> list[str]:
+        async with Client(server) as client:
+            return [tool.name for tool in (await client.list_tools()).tools]
+
+    assert asyncio.run(listed()) == ["capture"]
     shop.close()
