@@ -63,6 +63,8 @@ PUBLIC_MODULES = {
     "effectguard",
     "effectguard.adapters",
     "effectguard.adapters.langgraph",
+    "effectguard.adapters.mcp",
+    "effectguard.adapters.openai_agents",
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",
