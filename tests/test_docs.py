@@ -61,6 +61,8 @@ def test_readme_and_every_document_are_covered():
 #: Modules a user may import: the README's, docs' and recipes' code uses no others.
 PUBLIC_MODULES = {
     "effectguard",
+    "effectguard.adapters",
+    "effectguard.adapters.langgraph",
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",
