@@ -150,6 +150,7 @@ def receipt_tool(mail: FakeEmailProvider, executor: EffectExecutor, flavour: str
             Args:
                 invoice_id: The invoice paid.
                 to: The customer's address.
+                idempotency_key: Supplied by the executor (the receipt's Message-ID).
             """
             return send(invoice_id, to, idempotency_key)
 
@@ -164,6 +165,7 @@ def receipt_tool(mail: FakeEmailProvider, executor: EffectExecutor, flavour: str
         Args:
             invoice_id: The invoice paid.
             to: The customer's address.
+            idempotency_key: Supplied by the executor (the receipt's Message-ID).
         """
         return send(invoice_id, to, idempotency_key)
 

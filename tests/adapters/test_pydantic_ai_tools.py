@@ -1,4 +1,4 @@
-"""The Pydantic AI adapter's tools: their schema, shared dispatches, and failures the model must not retry."""
+"""The Pydantic AI adapter's tools: schema, shared dispatches, failures the model must not retry."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pydantic_ai_support import (
 
 from effectguard import EffectExecutor, EffectRejected, EffectStatus, SQLiteEffectLedger
 from effectguard.adapters.pydantic_ai import as_tool, settle_deferred
+from effectguard.errors import ConfigurationError, OperationNotFoundError
 from effectguard.fingerprint import REDACTED
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
@@ -64,7 +65,7 @@ def test_as_tool_refuses_a_function_that_is_not_an_effect():
     def capture_payment(invoice_id: str) -> None:
         del invoice_id
 
-    with pytest.raises(TypeError, match="decorate it with @effect"):
+    with pytest.raises(ConfigurationError, match="decorated with @effect"):
         as_tool(capture_payment)
 
 
@@ -78,9 +79,7 @@ def test_two_identical_calls_in_one_turn_commit_once(tmp_path, flavour):
         # The first dispatch stays open until the second call has found it in flight.
         assert ledger.peer_read.wait(timeout=30)
 
-    tool = capture_tool(
-        provider, EffectExecutor(ledger), flavour, before=hold_until_the_peer_reads
-    )
+    tool = capture_tool(provider, EffectExecutor(ledger), flavour, before=hold_until_the_peer_reads)
     script = ScriptedModel([capture("INV-7", "call-a"), capture("INV-7", "call-b")])
 
     result = run(flavour, agent(script, [as_tool(tool)]), user_prompt="charge INV-7")
@@ -120,9 +119,7 @@ def test_a_rejected_effect_is_a_failure_the_model_sees_and_is_not_invited_to_ret
 
 
 @pytest.mark.parametrize("flavour", FLAVOURS)
-def test_reusing_an_operation_id_for_another_request_is_a_failure_not_a_dispatch(
-    executor, flavour
-):
+def test_reusing_an_operation_id_for_another_request_is_a_failure_not_a_dispatch(executor, flavour):
     """The same invoice with another amount conflicts: a failed return, nothing sent again."""
     provider = FakePaymentProvider()
     tool = capture_tool(provider, executor, flavour)
@@ -134,8 +131,8 @@ def test_reusing_an_operation_id_for_another_request_is_a_failure_not_a_dispatch
 
     assert result.output == "done: call-2=failed"
     [(_, told, _)] = second.seen
-    assert "refused" in told
-    assert "do not call it again" in told
+    assert "different request" in told
+    assert "do not retry it" in told
     assert provider.committed() == 1
     assert provider.attempts() == 1
 
@@ -168,7 +165,7 @@ def test_settling_against_another_ledger_refuses_and_sends_nothing(tmp_path, exe
     paused = run(flavour, agent(script, [tool]), user_prompt="charge INV-11")
     elsewhere = EffectExecutor(SQLiteEffectLedger(tmp_path / "other.db"))
 
-    with pytest.raises(ValueError, match="not in SQLiteEffectLedger"):
+    with pytest.raises(OperationNotFoundError):
         settle_deferred(paused.output, [capture_tool(provider, elsewhere, flavour)])
 
     assert provider.attempts() == 1
