@@ -63,6 +63,7 @@ PUBLIC_MODULES = {
     "effectguard",
     "effectguard.adapters",
     "effectguard.adapters.langgraph",
+    "effectguard.adapters.pydantic_ai",
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",

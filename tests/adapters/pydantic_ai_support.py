@@ -30,7 +30,7 @@ from pydantic_ai.messages import (  # noqa: E402 - after the extra check
     ToolCallPart,
     ToolReturnPart,
 )
-from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
+from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402 - after the extra check
 
 # No test may reach a real model: a model request that is not a FunctionModel's fails.
 models.ALLOW_MODEL_REQUESTS = False
