@@ -185,7 +185,7 @@ def receipt(invoice_id: str, call_id: str) -> ToolCallPart:
 
 
 class ScriptedModel:
-    """A FunctionModel script: first the given tool calls, then a summary of what came back.
+    """A FunctionModel script: the given tool calls (again, if asked to), then what came back.
 
     ``seen`` keeps every tool return the model was shown (content and outcome),
     so a test can check what the model was told.
@@ -202,6 +202,8 @@ class ScriptedModel:
         if not returns:
             return ModelResponse(parts=list(self.calls))
         self.seen.extend((p.tool_call_id, p.content, p.outcome) for p in returns)
+        if all(p.outcome == "retried" for p in returns):
+            return ModelResponse(parts=list(self.calls))  # asked to call again: it does
         told = ", ".join(f"{p.tool_call_id}={p.outcome}" for p in returns)
         return ModelResponse(parts=[TextPart(f"done: {told}")])
 

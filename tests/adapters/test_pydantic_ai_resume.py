@@ -261,3 +261,30 @@ def test_a_paused_run_resumes_in_a_new_process_with_one_commit(tmp_path, flavour
     assert report == {"output": "done: call-1=success", "seen": [found]}
     assert provider.committed() == 1
     assert provider.attempts() == 1
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_pause_and_resume_behave_alike_on_every_ledger_backend(ledger, flavour):
+    """SQLite and PostgreSQL: paused, still paused before the operator, one commit after."""
+    executor = EffectExecutor(ledger)
+    provider = lossy_provider()
+    tool, script, paused = pause(flavour, executor, provider)
+    command = paused.output.metadata["call-1"]["operator_command"]
+    expected_db = "LEDGER_URL" if not isinstance(ledger, SQLiteEffectLedger) else str(ledger.path)
+    assert f"--db {expected_db} confirm {OPERATION}" in command
+    assert settle(flavour, paused.output, [tool])[0].calls == {}
+
+    found = confirm_as_the_operator(executor, provider)
+    results, waiting = settle(flavour, paused.output, [tool])
+    resumed = run(
+        flavour,
+        agent(script, [tool]),
+        message_history=paused.all_messages(),
+        deferred_tool_results=results,
+    )
+
+    assert waiting == []
+    assert resumed.output == "done: call-1=success"
+    assert script.seen == [("call-1", found, "success")]
+    assert provider.committed() == 1
+    assert provider.attempts() == 1

@@ -185,3 +185,22 @@ def test_importing_the_adapter_without_the_extra_names_the_extra():
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert "effectguard[pydantic-ai]" in done.stdout
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_a_request_that_provably_never_left_asks_the_model_to_call_again(ledger, flavour):
+    """Connection refused: a retry prompt (calling again is safe), and the retry commits once."""
+    provider = FakePaymentProvider(faults=FaultPlan({1: Fault.UNREACHABLE}))
+    # deadline=0: no retry within the call, so the model is the one asked to call again.
+    executor = EffectExecutor(ledger, deadline=0)
+    tool = capture_tool(provider, executor, flavour, not_sent_on=ConnectionRefusedError)
+    script = ScriptedModel([capture("INV-12", "call-1")])
+
+    result = run(flavour, agent(script, [as_tool(tool)]), user_prompt="charge INV-12")
+
+    assert result.output == "done: call-1=success"
+    [(_, told, outcome), _] = script.seen
+    assert outcome == "retried"
+    assert "was not sent" in told
+    assert provider.committed() == 1
+    assert provider.attempts() == 2  # refused at connect, then sent once
