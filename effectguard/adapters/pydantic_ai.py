@@ -39,6 +39,7 @@ from effectguard.adapters._common import (
     Confirmed,
     Outcome,
     PendingEffect,
+    PublicSignature,
     Refused,
     public_signature,
     require_effect,
@@ -136,6 +137,17 @@ def _tool_function(fn: Any, name: str) -> Any:
     return call
 
 
+def _docstring(public: PublicSignature) -> str:
+    """A Google-style docstring Pydantic AI reads exactly what the shared parser found in."""
+    lines = [public.description]
+    if public.descriptions:
+        lines += ["", "Args:"]
+        lines += [
+            f"    {name}: {' '.join(text.split())}" for name, text in public.descriptions.items()
+        ]
+    return "\n".join(lines)
+
+
 def as_tool(
     fn: Any,
     *,
@@ -166,7 +178,7 @@ def as_tool(
     ]
     function.__signature__ = inspect.Signature([context, *parameters])
     function.__annotations__ = {_CONTEXT: RunContext[Any], **public.hints}
-    function.__doc__ = inspect.getdoc(inspect.unwrap(fn))
+    function.__doc__ = _docstring(public)
     function.__name__ = function.__qualname__ = public.name
     function.__module__ = getattr(fn, "__module__", __name__)
     setattr(function, EFFECT_ATTRIBUTE, fn)

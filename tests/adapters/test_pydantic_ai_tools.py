@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic_ai_support import (
     FLAVOURS,
+    DeferredToolRequests,
     GatedLedger,
     ScriptedModel,
     agent,
@@ -204,3 +205,22 @@ def test_a_request_that_provably_never_left_asks_the_model_to_call_again(ledger,
     assert "was not sent" in told
     assert provider.committed() == 1
     assert provider.attempts() == 2  # refused at connect, then sent once
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_settling_requests_that_lost_their_metadata_refuses_and_sends_nothing(executor, flavour):
+    """Without the call scope the pause recorded, the operation cannot be found: a clear error."""
+    provider = FakePaymentProvider(
+        idempotency_guaranteed=False, lookup=Lookup.NONE, faults=FaultPlan({1: Fault.LOSE_ACK})
+    )
+    tool = as_tool(capture_tool(provider, executor, flavour))
+    script = ScriptedModel([capture("INV-13", "call-1")])
+    paused = run(flavour, agent(script, [tool]), user_prompt="charge INV-13")
+    stripped = DeferredToolRequests(calls=paused.output.calls)
+
+    with pytest.raises(ConfigurationError, match="call scope"):
+        settle_deferred(stripped, [tool])
+    with pytest.raises(ConfigurationError, match="tools made by as_tool"):
+        settle_deferred(paused.output, [lambda invoice_id: invoice_id])
+
+    assert provider.attempts() == 1
