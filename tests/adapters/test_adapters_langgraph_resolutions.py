@@ -1,0 +1,117 @@
+"""LangGraph: what each operator resolution becomes on resume, and which operation ids calls get."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from extras_support import import_extra
+
+langgraph = import_extra("langgraph", "langgraph")
+
+from click.testing import CliRunner  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from lg_world import PAYMENT, World, calls, make_world, pay, start_message, tool_messages  # noqa: E402
+
+from effectguard import EffectStatus, call_scoped, effect  # noqa: E402
+from effectguard.adapters import PendingEffect  # noqa: E402
+from effectguard.adapters._langgraph_tool import _run_id  # noqa: E402
+from effectguard.adapters.langgraph import pending_effects, resume_command  # noqa: E402
+from effectguard.cli.ops import main as ops  # noqa: E402
+from effectguard.testkit import Fault  # noqa: E402
+
+CONFIG = {"configurable": {"thread_id": "thread-1"}}
+AUDIT = [
+    "--actor",
+    "ops@example.com",
+    "--reason",
+    "checked the provider",
+    "--evidence-reference",
+    "x",
+]
+
+
+@pytest.fixture(params=["sync", "async"])
+def is_async(request: pytest.FixtureRequest) -> bool:
+    return request.param == "async"
+
+
+def run(world: World, graph: Any, value: Any) -> dict[str, Any]:
+    if world.is_async:
+        return asyncio.run(graph.ainvoke(value, CONFIG))  # type: ignore[no-any-return]
+    return graph.invoke(value, CONFIG)  # type: ignore[no-any-return]
+
+
+def operator(world: World, *command: str) -> None:
+    """``agent-effect-ops --db <ledger> <command>`` with the audit options."""
+    db = str(world.executor.ledger.path)  # type: ignore[attr-defined]
+    done = CliRunner().invoke(ops, ["--db", db, *command, *AUDIT])
+    assert done.exit_code == 0, done.output
+
+
+def test_an_operator_rejection_reaches_the_model_as_an_error_not_to_retry(tmp_path, is_async):
+    """Failed before commit, no lookup: QUARANTINED; rejected; resume tells the model; none sent."""
+    world = make_world(tmp_path, is_async=is_async, payment_faults=[Fault.FAIL_BEFORE_COMMIT])
+    graph = world.graph([calls(pay())], InMemorySaver())
+    [pending] = [
+        PendingEffect.from_json(i.value)
+        for i in run(world, graph, start_message())["__interrupt__"]
+    ]
+    assert pending.status is EffectStatus.QUARANTINED
+    operator(world, "reject", PAYMENT)
+    state = run(world, graph, resume_command(graph, CONFIG))
+    message = tool_messages(state)["call_pay"]
+    assert message.status == "error"
+    assert "do not retry" in message.content
+    assert world.payments.requests == 1
+    assert world.payments.committed() == 0
+
+
+def test_an_authorized_retry_is_sent_once_on_resume(tmp_path, is_async):
+    """Authorize-retry, then resume: one more request with the same key; one payment in total."""
+    world = make_world(tmp_path, is_async=is_async, payment_faults=[Fault.FAIL_BEFORE_COMMIT])
+    graph = world.graph([calls(pay())], InMemorySaver())
+    run(world, graph, start_message())
+    operator(world, "authorize-retry", PAYMENT)
+    state = run(world, graph, resume_command(graph, CONFIG))
+    assert json.loads(tool_messages(state)["call_pay"].content)["status"] == "succeeded"
+    assert pending_effects(graph, CONFIG) == []
+    assert world.payments.requests == 2
+    assert world.payments.committed() == 1
+
+
+def test_call_scoped_ids_come_from_the_thread_and_the_tool_call(tmp_path, is_async):
+    """call_scoped("refund") gives refund:<thread_id>:<tool call id>: two calls, two refunds."""
+    world = make_world(tmp_path, is_async=is_async)
+    ran: list[str] = []
+
+    @effect(operation_id=call_scoped("refund"), executor=world.executor)
+    def refund(order: str) -> str:
+        """Refund an order."""
+        ran.append(order)
+        return f"refunded {order}"
+
+    turns = [calls(("refund", {"order": "O-1"}, "call_a"), ("refund", {"order": "O-1"}, "call_b"))]
+    graph = world.graph(turns, InMemorySaver(), tools=[refund])
+    run(world, graph, start_message())
+    for call_id in ("call_a", "call_b"):
+        record = world.executor.ledger.get(f"refund:thread-1:{call_id}")
+        assert record is not None
+        assert record.status is EffectStatus.CONFIRMED
+    assert ran == ["O-1", "O-1"]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "expected"),
+    [
+        ("", "t"),
+        ("tools:1f2e", "t"),
+        ("agent:9a|tools:1f2e", "t/agent"),
+        ("outer:1|inner:2|tools:3", "t/outer/inner"),
+    ],
+)
+def test_the_run_id_is_the_thread_and_enclosing_nodes_without_task_ids(namespace, expected):
+    """Task ids change with each step; the run id must not, or a resume would be a new operation."""
+    assert _run_id("t", namespace) == expected
