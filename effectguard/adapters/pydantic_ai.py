@@ -195,45 +195,72 @@ def as_tool(
 # -- resuming ----------------------------------------------------------------------------
 
 
-def _registry(tools: ToolsLike) -> dict[str, Any]:
-    """The ``@effect`` functions by tool name, from functions, a mapping, or adapter tools."""
+def _registry(tools: ToolsLike) -> dict[str, Tool[Any]]:
+    """The adapter's tools by name, from ``@effect`` functions, a mapping, or adapter tools."""
     items = tools.items() if isinstance(tools, Mapping) else ((None, t) for t in tools)
-    found: dict[str, Any] = {}
+    found: dict[str, Tool[Any]] = {}
     for given, item in items:
-        fn, name = item, given
-        if isinstance(item, Tool):
-            fn, name = getattr(item.function, EFFECT_ATTRIBUTE, None), given or item.name
+        tool = item if isinstance(item, Tool) else None
+        fn = getattr(tool.function, EFFECT_ATTRIBUTE, None) if tool is not None else item
         if fn is None or get_contract(fn) is None:
             msg = (
                 "settle_deferred() takes @effect functions, a name-to-function mapping or "
                 f"tools made by as_tool(), not {item!r}"
             )
             raise ConfigurationError(msg)
-        found[str(name or getattr(fn, "__name__", ""))] = fn
+        if tool is None or (given is not None and given != tool.name):
+            tool = as_tool(fn, name=given or (tool.name if tool is not None else None))
+        found[tool.name] = tool
     return found
 
 
-def _deferred(
-    requests: DeferredToolRequests, tools: ToolsLike
-) -> list[tuple[Any, ToolCallPart, PendingEffect, CallScope]]:
-    """Each deferred call of one of ``tools``: its function, call, pending payload and scope."""
+def _arguments(tool: Tool[Any], call: ToolCallPart) -> dict[str, Any]:
+    """The call's arguments as Pydantic AI passed them to the tool: validated, defaults applied.
+
+    The model's raw arguments may differ in form (``"1999"`` for an int); the
+    operation's fingerprint was taken from the validated ones.
+    """
+    try:
+        validated = tool.function_schema.validator.validate_python(call.args_as_dict())
+    except ValueError as exc:
+        msg = (
+            f"deferred call {call.tool_call_id!r} ({call.tool_name}): its arguments do not fit "
+            f"the tool's schema ({exc}); nothing was sent"
+        )
+        raise ConfigurationError(msg) from exc
+    return dict(validated)
+
+
+def _scope_of(call: ToolCallPart, metadata: Mapping[str, Any]) -> CallScope:
+    """The call scope the paused call ran under, from the metadata :func:`as_tool` attached."""
+    scope = metadata.get("scope")
+    ids = (scope.get("run_id"), scope.get("call_id")) if isinstance(scope, Mapping) else ()
+    if len(ids) != 2 or not all(isinstance(i, str) for i in ids):  # noqa: PLR2004 - two ids
+        msg = (
+            f"deferred call {call.tool_call_id!r} ({call.tool_name}) carries no effectguard "
+            "call scope: pass the DeferredToolRequests the paused run returned, unchanged"
+        )
+        raise ConfigurationError(msg)
+    return CallScope(run_id=str(ids[0]), call_id=str(ids[1]))
+
+
+#: One deferred call to settle: its ``@effect`` function, the call, arguments, payload, scope.
+_Deferred = tuple[Any, ToolCallPart, dict[str, Any], PendingEffect, CallScope]
+
+
+def _deferred(requests: DeferredToolRequests, tools: ToolsLike) -> list[_Deferred]:
+    """Each deferred call of one of ``tools``, checked before any of them is settled."""
     registry = _registry(tools)
     found = []
     for call in requests.calls:
-        fn = registry.get(call.tool_name)
-        if fn is None:
+        tool = registry.get(call.tool_name)
+        if tool is None:
             continue
         metadata = requests.metadata.get(call.tool_call_id) or {}
-        scope = metadata.get("scope")
-        ids = (scope.get("run_id"), scope.get("call_id")) if isinstance(scope, Mapping) else ()
-        if len(ids) != 2 or not all(isinstance(i, str) for i in ids):  # noqa: PLR2004 - two ids
-            msg = (
-                f"deferred call {call.tool_call_id!r} ({call.tool_name}) carries no effectguard "
-                "call scope: pass the DeferredToolRequests the paused run returned, unchanged"
-            )
-            raise ConfigurationError(msg)
+        scope = _scope_of(call, metadata)
         pending = PendingEffect.from_json(metadata)
-        found.append((fn, call, pending, CallScope(run_id=str(ids[0]), call_id=str(ids[1]))))
+        fn = getattr(tool.function, EFFECT_ATTRIBUTE)
+        found.append((fn, call, _arguments(tool, call), pending, scope))
     return found
 
 
@@ -253,8 +280,8 @@ def _collect(
     return results, waiting
 
 
-def _resume_sync(fn: Any, call: ToolCallPart, pending: PendingEffect, scope: CallScope) -> Outcome:
-    arguments = call.args_as_dict()
+def _resume_sync(deferred: _Deferred) -> Outcome:
+    fn, call, arguments, pending, scope = deferred
     if not inspect.iscoroutinefunction(fn):
         return resume_effect(fn, arguments, pending=pending, scope=scope)
     try:
@@ -290,10 +317,7 @@ def settle_deferred(
     metadata or an async tool is settled inside a running event loop (use
     :func:`asettle_deferred` there).
     """
-    settled = [
-        (call, _resume_sync(fn, call, pending, scope))
-        for fn, call, pending, scope in _deferred(requests, tools)
-    ]
+    settled = [(deferred[1], _resume_sync(deferred)) for deferred in _deferred(requests, tools)]
     return _collect(settled)
 
 
@@ -302,8 +326,7 @@ async def asettle_deferred(
 ) -> tuple[DeferredToolResults, list[PendingEffect]]:
     """:func:`settle_deferred` in an event loop: async tools awaited, sync ones run in a thread."""
     settled = []
-    for fn, call, pending, scope in _deferred(requests, tools):
-        arguments = call.args_as_dict()
+    for fn, call, arguments, pending, scope in _deferred(requests, tools):
         outcome = await resume_effect_async(fn, arguments, pending=pending, scope=scope)
         settled.append((call, outcome))
     return _collect(settled)

@@ -172,7 +172,7 @@ def receipt_tool(mail: FakeEmailProvider, executor: EffectExecutor, flavour: str
     return send_receipt
 
 
-def capture(invoice_id: str, call_id: str, amount_cents: int = 1999) -> ToolCallPart:
+def capture(invoice_id: str, call_id: str, amount_cents: int | str = 1999) -> ToolCallPart:
     """The model's call of ``capture_payment``."""
     arguments = {"invoice_id": invoice_id, "amount_cents": amount_cents}
     return ToolCallPart("capture_payment", arguments, tool_call_id=call_id)

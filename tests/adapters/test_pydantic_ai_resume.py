@@ -288,3 +288,19 @@ def test_pause_and_resume_behave_alike_on_every_ledger_backend(ledger, flavour):
     assert script.seen == [("call-1", found, "success")]
     assert provider.committed() == 1
     assert provider.attempts() == 1
+
+
+@pytest.mark.parametrize("flavour", FLAVOURS)
+def test_settling_uses_the_arguments_as_validated_not_as_the_model_wrote_them(executor, flavour):
+    """The model wrote "1999" for an int: the resumed call is the same request, not a conflict."""
+    provider = lossy_provider()
+    tool = as_tool(capture_tool(provider, executor, flavour))
+    script = ScriptedModel([capture("INV-1", "call-1", amount_cents="1999")])
+    paused = run(flavour, agent(script, [tool]), user_prompt="charge INV-1")
+    found = confirm_as_the_operator(executor, provider)
+
+    results, waiting = settle(flavour, paused.output, [tool])
+
+    assert waiting == []
+    assert results.calls == {"call-1": found}
+    assert provider.committed() == 1
