@@ -63,14 +63,16 @@ def require_checkpointer(configurable: Mapping[str, Any], what: str) -> None:
 
 def _graph_scope(tool: str, tool_call_id: str) -> CallScope:
     """The call scope of a tool call inside a graph: the thread (and subgraph) and the call id."""
+    outside = (
+        f"{tool}: an effectguard LangGraph tool runs inside a graph (it needs the thread "
+        "id and a checkpointer to pause and resume); nothing was sent"
+    )
     try:
         configurable = get_config().get("configurable", {})
     except RuntimeError as exc:
-        msg = (
-            f"{tool}: an effectguard LangGraph tool runs inside a graph (it needs the thread "
-            "id and a checkpointer to pause and resume); nothing was sent"
-        )
-        raise ConfigurationError(msg) from exc
+        raise ConfigurationError(outside) from exc
+    if "checkpoint_ns" not in configurable:  # LangGraph sets it for every task it runs
+        raise ConfigurationError(outside)
     require_checkpointer(configurable, tool)
     thread = configurable.get("thread_id")
     if thread is None or str(thread) == "":

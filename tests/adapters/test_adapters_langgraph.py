@@ -21,10 +21,10 @@ from extras_support import import_extra
 
 langgraph = import_extra("langgraph", "langgraph")
 
-from langchain_core.messages import ToolMessage  # noqa: E402 - after the extra's check
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.prebuilt import ToolNode  # noqa: E402
-from lg_world import (  # noqa: E402
+from langchain_core.messages import ToolMessage
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import ToolNode
+from lg_world import (
     FINAL,
     PAYMENT,
     World,
@@ -36,17 +36,17 @@ from lg_world import (  # noqa: E402
     tool_messages,
 )
 
-from effectguard import ConfigurationError, EffectRejected, EffectStatus, effect  # noqa: E402
-from effectguard.adapters import PendingEffect  # noqa: E402
-from effectguard.adapters.langgraph import (  # noqa: E402
+from effectguard import ConfigurationError, EffectRejected, EffectStatus, effect
+from effectguard.adapters import PendingEffect
+from effectguard.adapters.langgraph import (
     as_tool,
     atool_call_wrapper,
     pending_effects,
     resume_command,
     tool_call_wrapper,
 )
-from effectguard.cli.ops import main as ops  # noqa: E402
-from effectguard.testkit import FakePaymentProvider, Fault  # noqa: E402
+from effectguard.cli.ops import main as ops
+from effectguard.testkit import FakePaymentProvider, Fault
 
 CONFIG = {"configurable": {"thread_id": "thread-1"}}
 

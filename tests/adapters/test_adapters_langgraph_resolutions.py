@@ -11,16 +11,16 @@ from extras_support import import_extra
 
 langgraph = import_extra("langgraph", "langgraph")
 
-from click.testing import CliRunner  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from lg_world import PAYMENT, World, calls, make_world, pay, start_message, tool_messages  # noqa: E402
+from click.testing import CliRunner
+from langgraph.checkpoint.memory import InMemorySaver
+from lg_world import PAYMENT, World, calls, make_world, pay, start_message, tool_messages
 
-from effectguard import EffectStatus, call_scoped, effect  # noqa: E402
-from effectguard.adapters import PendingEffect  # noqa: E402
-from effectguard.adapters._langgraph_tool import _run_id  # noqa: E402
-from effectguard.adapters.langgraph import pending_effects, resume_command  # noqa: E402
-from effectguard.cli.ops import main as ops  # noqa: E402
-from effectguard.testkit import Fault  # noqa: E402
+from effectguard import ConfigurationError, EffectStatus, call_scoped, effect
+from effectguard.adapters import PendingEffect
+from effectguard.adapters._langgraph_tool import _run_id
+from effectguard.adapters.langgraph import as_tool, pending_effects, resume_command
+from effectguard.cli.ops import main as ops
+from effectguard.testkit import Fault
 
 CONFIG = {"configurable": {"thread_id": "thread-1"}}
 AUDIT = [
@@ -115,3 +115,14 @@ def test_call_scoped_ids_come_from_the_thread_and_the_tool_call(tmp_path, is_asy
 def test_the_run_id_is_the_thread_and_enclosing_nodes_without_task_ids(namespace, expected):
     """Task ids change with each step; the run id must not, or a resume would be a new operation."""
     assert _run_id("t", namespace) == expected
+
+
+def test_a_tool_called_outside_a_graph_is_refused_before_anything_is_sent(tmp_path):
+    """No graph, no thread and no checkpointer to pause into: ConfigurationError, nothing sent."""
+    world = make_world(tmp_path, is_async=False)
+    tool = as_tool(world.capture_payment)
+    call = {"name": "capture_payment", "args": pay()[1], "id": "call_1", "type": "tool_call"}
+    with pytest.raises(ConfigurationError, match="runs inside a graph"):
+        tool.invoke(call)
+    assert world.payments.requests == 0
+    assert world.executor.ledger.get(PAYMENT) is None
