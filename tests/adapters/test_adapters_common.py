@@ -7,6 +7,7 @@ adapter reports.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -358,4 +359,23 @@ def test_async_tools_and_sync_tools_run_and_resume_from_async_code(executor):
     assert isinstance(done, Confirmed)
     assert done.result.operation_id == "sync:thread-1:call-1"
     assert provider.requests == 1
+    assert provider.committed() == 1
+
+
+def test_a_postgres_ledger_is_named_by_a_placeholder_never_by_its_url(postgres_target):
+    """The payload a framework checkpoints never holds the connection string (or its password)."""
+    executor = EffectExecutor(open_ledger(postgres_target), poll_interval=0.01)
+    provider = lost_ack(lookup=Lookup.NONE)
+    tool = capture_tool(provider, executor)
+    outcome = run_effect(
+        tool,
+        {"invoice_id": "PG-1", "amount_cents": 100},
+        scope=SCOPE,
+        tool="capture",
+        tool_call_id="call-1",
+    )
+    assert isinstance(outcome, Pending)
+    command = outcome.effect.operator_command
+    assert command.startswith("agent-effect-ops --db LEDGER_URL confirm invoice:PG-1:capture ")
+    assert "postgresql" not in json.dumps(outcome.effect.to_json())
     assert provider.committed() == 1

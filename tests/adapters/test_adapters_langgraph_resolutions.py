@@ -126,3 +126,34 @@ def test_a_tool_called_outside_a_graph_is_refused_before_anything_is_sent(tmp_pa
         tool.invoke(call)
     assert world.payments.requests == 0
     assert world.executor.ledger.get(PAYMENT) is None
+
+
+def test_two_paused_siblings_are_both_listed_and_resumed_together(tmp_path, is_async):
+    """Two uncertain payments in one turn: one pause listing both; confirmed, one resume ends it."""
+    world = make_world(tmp_path, is_async=is_async, payment_faults=[Fault.LOSE_ACK])
+    graph = world.graph([calls(pay("call_1", "INV-1"), pay("call_2", "INV-2"))], InMemorySaver())
+    run(world, graph, start_message())
+    pending = pending_effects(graph, CONFIG)
+    assert sorted(p.operation_id for p in pending) == [PAYMENT, "invoice:INV-2:capture"]
+    run(world, graph, resume_command(graph, CONFIG))
+    assert len(pending_effects(graph, CONFIG)) == 2
+    for effect_ in pending:
+        capture = world.payments.find_capture(effect_.operation_id)
+        assert capture is not None
+        operator(
+            world,
+            "confirm",
+            effect_.operation_id,
+            "--output-json",
+            json.dumps(capture),
+            "--provider-operation-id",
+            capture["id"],
+        )
+    state = run(world, graph, resume_command(graph, CONFIG))
+    assert pending_effects(graph, CONFIG) == []
+    assert {json.loads(m.content)["invoice_id"] for m in tool_messages(state).values()} == {
+        "INV-1",
+        "INV-2",
+    }
+    assert world.payments.requests == 2
+    assert world.payments.committed() == 2
