@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras_support import import_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -33,10 +34,16 @@ def _documents_with_code() -> list[Path]:
 #: environment, as a deployment would, and get a fresh schema of the test server.
 NEEDS_POSTGRES = {"postgres.md"}
 
+#: Documents whose examples import an optional extra, as (module, extra) pairs: without it
+#: the document's test skips on a user's machine, and fails in CI (``import_extra``).
+NEEDS_EXTRAS = {"adapters.md": [("pydantic_ai", "pydantic-ai")]}
+
 
 @pytest.mark.parametrize("document", _documents_with_code(), ids=lambda p: p.name)
 def test_python_blocks_run(document: Path, tmp_path: Path, request: pytest.FixtureRequest):
     """The document's Python blocks execute without error, in order."""
+    for module, extra in NEEDS_EXTRAS.get(document.name, []):
+        import_extra(module, extra)
     blocks = BLOCK.findall(document.read_text(encoding="utf-8"))
     env = dict(os.environ)
     if document.name in NEEDS_POSTGRES:
@@ -65,6 +72,7 @@ PUBLIC_MODULES = {
     "effectguard.adapters.langgraph",
     "effectguard.adapters.mcp",
     "effectguard.adapters.openai_agents",
+    "effectguard.adapters.pydantic_ai",
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",
