@@ -19,6 +19,7 @@ so writers of different operations never queue behind one global chain.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -42,6 +43,7 @@ __all__ = [
     "chain_hash",
     "check",
     "check_row",
+    "document_text",
     "event_document",
     "from_micros",
     "relink",
@@ -112,17 +114,70 @@ def event_document(event: EffectEvent) -> dict[str, Any]:
     )
 
 
-def chain_hash(previous: bytes | None, document: Mapping[str, Any]) -> bytes:
+def chain_hash(previous: bytes | None, document: Mapping[str, Any] | str) -> bytes:
     """Return the hash that links the event ``document`` to the hash of the event before it.
 
-    ``previous`` is None for an operation's first event. Editing, reordering or
-    removing any event changes every hash after it, so the head kept on the
-    operation no longer matches.
+    ``previous`` is None for an operation's first event. ``document`` is the
+    dict :func:`chain_document` returns, or its canonical JSON text as
+    :func:`document_text` writes it (the same bytes, so the same hash).
+    Editing, reordering or removing any event changes every hash after it, so
+    the head kept on the operation no longer matches.
     """
-    digest = hashlib.sha256()
-    digest.update(previous if previous is not None else GENESIS)
-    digest.update(canonical_json(document).encode("utf-8"))
+    text = document if isinstance(document, str) else canonical_json(document)
+    digest = hashlib.sha256(previous if previous is not None else GENESIS)
+    digest.update(text.encode("utf-8"))
     return digest.digest()
+
+
+# A JSON string exactly as the canonical encoder writes it (ensure_ascii=False).
+_quoted: Any = (
+    getattr(json.encoder, "c_encode_basestring", None) or json.encoder.py_encode_basestring
+)
+_STATUS_TEXT = {status: _quoted(status.value) for status in EffectStatus}
+_TYPE_TEXT = {kind: _quoted(kind.value) for kind in EventType}
+
+
+def document_text(
+    operation_id: str,
+    seq: int,
+    type_: EventType,
+    from_status: EffectStatus | None,
+    to_status: EffectStatus,
+    attempt: int,
+    at_micros: int,
+    evidence_json: str | None,
+    commits_json: str | None = None,
+) -> str:
+    """Return ``canonical_json(chain_document(...))`` written from a fixed template.
+
+    The same text, byte for byte, as the general encoder gives the dict: the
+    keys in sorted order, no whitespace, ``evidence_json`` and
+    ``commits_json`` being the canonical JSON of the evidence and the
+    commitments (None: none), so a chain written either way verifies either way.
+    """
+    if type(seq) is not int or type(attempt) is not int or type(at_micros) is not int:
+        # bool or an int subclass: the general encoder decides how it is written.
+        commits = None if commits_json is None else json.loads(commits_json)
+        return canonical_json(
+            chain_document(
+                operation_id,
+                seq,
+                type_,
+                from_status,
+                to_status,
+                attempt,
+                at_micros,
+                json.loads(evidence_json) if evidence_json else {},
+                commits,
+            )
+        )
+    source = "null" if from_status is None else _STATUS_TEXT[from_status]
+    carried = f'"commits":{commits_json},' if commits_json and commits_json != "{}" else ""
+    return (
+        f'{{"at":{at_micros},"attempt":{attempt},{carried}"evidence":{evidence_json or "{}"},'
+        f'"from":{source},"operation_id":{_quoted(operation_id)},"seq":{seq},'
+        f'"to":{_STATUS_TEXT[to_status]},"type":{_TYPE_TEXT[type_]}}}'
+    )
 
 
 #: One appended event as both backends store it: seq, type, from, to, attempt, evidence JSON,
@@ -145,11 +200,11 @@ def append(
     the new event count and the new head.
     """
     chained: list[ChainedEvent] = []
+    carried = canonical_json(dict(commits)) if commits else None
     for draft in drafts:
         count += 1
-        evidence = dict(draft.evidence)
-        carried = commits if not chained else None
-        document = chain_document(
+        evidence = canonical_json(dict(draft.evidence)) if draft.evidence else None
+        text = document_text(
             operation_id,
             count,
             draft.type,
@@ -160,7 +215,7 @@ def append(
             evidence,
             carried,
         )
-        head = chain_hash(head, document)
+        head = chain_hash(head, text)
         chained.append(
             (
                 count,
@@ -168,11 +223,12 @@ def append(
                 None if draft.from_status is None else draft.from_status.value,
                 draft.to_status.value,
                 draft.attempt,
-                canonical_json(evidence) if evidence else None,
+                evidence,
                 head,
-                canonical_json(dict(carried)) if carried else None,
+                carried,
             )
         )
+        carried = None
     return chained, count, head
 
 
