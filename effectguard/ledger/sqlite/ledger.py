@@ -44,6 +44,7 @@ from effectguard.ledger.sqlite import anchoring
 from effectguard.ledger.sqlite.files import (
     FileIdentity,
 )
+from effectguard.ledger.sqlite.group import GroupCommit
 from effectguard.ledger.sqlite.handle import Connection, LedgerFile
 from effectguard.ledger.sqlite.migrations import SCHEMA_VERSION
 from effectguard.ledger.sqlite.recent import RETURNING, Recent, lean_transition
@@ -166,6 +167,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
         # Rows this ledger wrote last, so a transition is one fenced UPDATE (see recent.py).
         self._recent = Recent()
         self._lean = RETURNING
+        self._group = GroupCommit(self._check_file, self._translated)
         if self.path.exists():
             self._open(write=False)
         elif not self._create:
