@@ -235,3 +235,4 @@ def test_a_fenced_write_in_a_batch_is_refused_alone(
     assert ledger.get("cap:done").status is EffectStatus.CONFIRMED
     assert provider.committed() == 3
     assert ledger.verify().problems == ()
+

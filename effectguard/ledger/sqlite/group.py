@@ -29,6 +29,7 @@ Separate processes still meet in SQLite's lock, as before.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -73,6 +74,7 @@ class GroupCommit:
         self._lock = threading.Lock()
         self._queue: list[_Pending[Any]] = []
         self._leading = False
+        self._pid = os.getpid()
         #: Transactions committed, and the writes they held (read by tests and the bench).
         self.batches = 0
         self.writes = 0
@@ -87,6 +89,8 @@ class GroupCommit:
         batch that did not commit.
         """
         pending: _Pending[T] = _Pending(work, operation_id)
+        if self._pid != os.getpid():
+            self._forked()
         with self._lock:
             self._queue.append(pending)
             pending.lead = not self._leading
@@ -98,6 +102,13 @@ class GroupCommit:
         if pending.error is not None:
             raise pending.error
         return pending.result  # type: ignore[return-value]  # set before done, error None
+
+    def _forked(self) -> None:
+        """In a child after ``fork()``: the parent's writer and its queue are not this process's."""
+        self._lock = threading.Lock()
+        self._queue = []
+        self._leading = False
+        self._pid = os.getpid()
 
     def _lead(self, connect: Callable[[], Any], mine: _Pending[Any]) -> None:
         """Commit everything queued, then hand the writer's role to the next caller waiting."""
