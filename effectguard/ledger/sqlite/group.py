@@ -50,7 +50,8 @@ class _Pending(Generic[T]):
     def __init__(self, work: Callable[[Any], T], operation_id: str | None) -> None:
         self.work = work
         self.operation_id = operation_id
-        self.done = threading.Event()
+        # Only a caller that waits for another writer needs one (most calls lead their own).
+        self.done: threading.Event | None = None
         self.lead = False
         self.result: T | None = None
         self.error: BaseException | None = None
@@ -93,9 +94,11 @@ class GroupCommit:
             self._forked()
         with self._lock:
             self._queue.append(pending)
-            pending.lead = not self._leading
-            self._leading = True
-        if not pending.lead:
+            if self._leading:
+                pending.done = threading.Event()
+            else:
+                pending.lead = self._leading = True
+        if pending.done is not None:
             pending.done.wait()
         if pending.lead:
             self._lead(connect, pending)
@@ -129,11 +132,11 @@ class GroupCommit:
             with self._lock:
                 if self._queue:
                     self._queue[0].lead = True
-                    self._queue[0].done.set()
+                    _wake(self._queue[0])
                 else:
                     self._leading = False
             for pending in batch:
-                pending.done.set()
+                _wake(pending)
 
     def _commit(self, conn: Any, batch: list[_Pending[Any]]) -> None:
         """One transaction: each write in a savepoint of its own when there are several."""
@@ -175,6 +178,11 @@ class GroupCommit:
                     pending.error = writer_died(RuntimeError("the ledger file check failed"))
             return True
         return False
+
+
+def _wake(pending: _Pending[Any]) -> None:
+    if pending.done is not None:
+        pending.done.set()
 
 
 def _run_alone(conn: Any, pending: _Pending[Any]) -> bool:
