@@ -8,6 +8,7 @@ each caller was told, and what the fake provider actually committed.
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import threading
 import time
@@ -236,3 +237,40 @@ def test_a_fenced_write_in_a_batch_is_refused_alone(
     assert provider.committed() == 3
     assert ledger.verify().problems == ()
 
+
+
+class Interrupted(Exception):
+    """Raised by a signal handler in a caller waiting for the writer."""
+
+
+def test_a_caller_interrupted_while_waiting_withdraws_its_write_and_never_blocks_others(
+    ledger: SQLiteEffectLedger, provider: FakePaymentProvider
+) -> None:
+    """Ctrl-C (here: a timer signal) while waiting: its write is withdrawn; the next ones run."""
+    executor = EffectExecutor(ledger)
+    holder, release = _hold_writer(ledger)
+    ran: list[str] = []
+
+    def interrupt(_signum: int, _frame: object) -> None:
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    try:
+        with pytest.raises(Interrupted):
+            ledger._write(lambda _conn: ran.append("withdrawn write"))
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert ledger._group._queue == []
+    release.set()
+    holder.join(WAIT)
+    assert ran == []
+    after, outcome = _in_thread(
+        lambda: executor.execute(
+            CONTRACT, {"invoice_id": "after", "amount_cents": 1}, provider.handler
+        )
+    )
+    after.join(WAIT)
+    assert outcome["result"].status is EffectStatus.CONFIRMED
+    assert provider.committed() == 1

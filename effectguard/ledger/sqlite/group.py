@@ -99,12 +99,33 @@ class GroupCommit:
             else:
                 pending.lead = self._leading = True
         if pending.done is not None:
-            pending.done.wait()
+            try:
+                pending.done.wait()
+            except BaseException:
+                self._withdraw(pending)
+                raise
         if pending.lead:
             self._lead(connect, pending)
         if pending.error is not None:
             raise pending.error
         return pending.result  # type: ignore[return-value]  # set before done, error None
+
+    def _withdraw(self, pending: _Pending[Any]) -> None:
+        """A waiting caller was interrupted: take its write back, or pass on the writer's role.
+
+        A write a leader has already taken into its batch is committed or not
+        with that batch (as when a process dies after its write was sent).
+        """
+        with self._lock:
+            if not any(queued is pending for queued in self._queue):
+                return
+            self._queue = [queued for queued in self._queue if queued is not pending]
+            if pending.lead:
+                if self._queue:
+                    self._queue[0].lead = True
+                    _wake(self._queue[0])
+                else:
+                    self._leading = False
 
     def _forked(self) -> None:
         """In a child after ``fork()``: the parent's writer and its queue are not this process's."""
