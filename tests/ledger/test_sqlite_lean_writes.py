@@ -5,6 +5,13 @@ changed columns; the chain document is written from a fixed template. Neither
 may change a single stored byte: a ledger written by effectguard before the
 change must still verify, and the same writes through the lean and the
 general path must leave identical files.
+
+``data/pre_issue15.db`` was written by ``main`` at 85eb98a (``git archive`` of
+it first on ``PYTHONPATH``), with a ManualClock at 1,700,000,000.25: through the
+executor, ``pay:ünïcødé-1`` confirmed (non-ASCII arguments and output),
+``pay:2`` rejected with nested evidence, ``pay:3`` and ``pay:4`` quarantined
+after a handler error, then ``pay:4`` confirmed by an operator; checkpointed
+and vacuumed. 4 operations, 17 events, all verified clean when written.
 """
 
 from __future__ import annotations
