@@ -198,6 +198,9 @@ class _CallTrace:
             measured[names.STATUS] = result.to_status.value
             measured[names.REPLAYED] = result.replayed
             failure = events.error_type(result)
+            if failure is not None and result.error_type is not None:
+                # The handler's exception, by type only, as OpenTelemetry spells it.
+                span.add_event("exception", {"exception.type": result.error_type})
         if error is not None:
             # The type only: an exception's message may quote what redact= keeps out.
             failure = f"{type(error).__module__}.{type(error).__qualname__}"
