@@ -23,6 +23,7 @@ class Telemetry:
 
     @classmethod
     def make(cls) -> Telemetry:
+        """Fresh providers, spans exported as each ends, metrics read on demand."""
         exporter = InMemorySpanExporter()
         tracer_provider = TracerProvider()
         tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -30,9 +31,11 @@ class Telemetry:
         return cls(tracer_provider, MeterProvider(metric_readers=[reader]), exporter, reader)
 
     def spans(self) -> list[ReadableSpan]:
+        """Every finished span, in the order they ended."""
         return list(self.exporter.get_finished_spans())
 
     def named(self, prefix: str) -> list[ReadableSpan]:
+        """The finished spans whose name starts with ``prefix``."""
         return [span for span in self.spans() if span.name.startswith(prefix)]
 
     def points(self, metric: str) -> list[tuple[dict[str, Any], Any]]:
@@ -52,6 +55,7 @@ class Telemetry:
         return found
 
     def shutdown(self) -> None:
+        """Shut both providers down."""
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
 

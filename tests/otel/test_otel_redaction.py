@@ -29,14 +29,12 @@ HOLDER = "Zoe Q. Cardholder"
 def _contract(provider: FakePaymentProvider, name: str) -> EffectContract:
     def probe(arguments, *, idempotency_key):
         found = provider.probe(arguments, idempotency_key=idempotency_key)
-        # A probe quoting the secret in its evidence: the executor scrubs it before anyone sees it.
+        # A probe quoting the secret in its evidence: scrubbed before anyone sees it.
         return OutcomeProbeResult(
             found.status,
             found.output,
             found.provider_operation_id,
-            {
-                "lookup": f"searched captures for card {arguments['card']} holder {arguments['holder']}"
-            },
+            {"lookup": f"card {arguments['card']} of {arguments['holder']}"},
         )
 
     return EffectContract(
@@ -52,9 +50,9 @@ def _contract(provider: FakePaymentProvider, name: str) -> EffectContract:
 def test_redacted_values_are_absent_from_every_span_event_attribute_metric_and_log(
     ledger, caplog, opted_in
 ):
-    """A handler that quotes the card in its exception, a probe that quotes it in its evidence,
-    then a conflicting call with another card: the card appears nowhere the telemetry reaches.
+    """A card quoted by the handler's exception and the probe's evidence reaches no telemetry.
 
+    Then a conflicting call with another card: that one appears nowhere either.
     With the contract opted in to argument recording, the other arguments are recorded and
     the redacted ones are "[redacted]"; without it, no argument is recorded at all.
     """

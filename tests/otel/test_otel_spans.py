@@ -1,4 +1,4 @@
-"""The span tree, events, status and metrics of each kind of call, from the SDK's in-memory exporter.
+"""The span tree, events, status and metrics of each kind of call, from the SDK's exporter.
 
 Every test also counts what the fake provider committed, so a trace that
 looks right cannot hide a duplicate or a lost effect.
@@ -145,7 +145,7 @@ def test_a_replay_is_a_replayed_event_and_no_dispatch(executor, telemetry):
 
 
 def test_a_lost_acknowledgement_confirmed_by_the_probe(executor, telemetry):
-    """Committed, ack lost: outcome_unknown (with the exception's type), probe COMMITTED, confirmed."""
+    """Committed, ack lost: outcome_unknown (its exception type), probe COMMITTED, confirmed."""
     provider = FakePaymentProvider(idempotency_guaranteed=False, faults=FaultPlan([Fault.LOSE_ACK]))
 
     result = executor.execute(capture_contract(provider), ARGS, provider.handler)
@@ -326,8 +326,9 @@ def test_an_async_tool_is_traced_like_a_sync_one(ledger, telemetry):
 def test_effects_nest_under_the_current_span_and_under_a_frameworks_execute_tool(
     executor, telemetry
 ):
-    """Under an agent's span: execute_tool is its child. Under a framework's execute_tool span
-    (Pydantic AI, an MCP server): the effect span is its direct child, no second execute_tool.
+    """Under an agent's span, execute_tool is its child; under a framework's, the effect is.
+
+    A framework's execute_tool span (Pydantic AI, an MCP server) gets no second execute_tool.
     """
     provider = FakePaymentProvider()
     tracer = telemetry.tracer_provider.get_tracer("agent")
