@@ -122,6 +122,7 @@ class _CallTrace:
         self._span: trace.Span = trace.INVALID_SPAN
         self._token: object = None
         self._began = 0.0
+        self._recording = False
 
     def __enter__(self) -> Self:
         start, tracer = self.start, self.owner.tracer
@@ -153,6 +154,8 @@ class _CallTrace:
         self._span = tracer.start_span(
             f"effect {start.contract}", parent, kind=trace.SpanKind.INTERNAL, attributes=attributes
         )
+        # A sampled-out or no-op span drops events: building them would be wasted work.
+        self._recording = self._span.is_recording()
         current = trace.set_span_in_context(self._span, parent)
         self._token = otel_context.attach(otel_context.set_value(_CALL, self, current))
         self._open = True
@@ -170,10 +173,12 @@ class _CallTrace:
         with self._lock:
             if not self._open:
                 return False
-            for name, attributes in events.events_of(transition):
-                self._span.add_event(name, attributes)
-            if isinstance(transition.evidence.get("overlap_risk"), bool) and not transition.final:
-                self._overlap = transition.evidence["overlap_risk"]
+            if self._recording:
+                for name, attributes in events.events_of(transition):
+                    self._span.add_event(name, attributes)
+                overlap = transition.evidence.get("overlap_risk")
+                if isinstance(overlap, bool) and not transition.final:
+                    self._overlap = overlap
             if transition.final:
                 self._result = transition
             elif transition.to_status is EffectStatus.QUARANTINED:
@@ -194,7 +199,8 @@ class _CallTrace:
         measured: dict[str, Any] = {names.CONTRACT_NAME: self.start.contract}
         failure: str | None = None
         if result is not None:
-            span.set_attributes(events.result_attributes(result, self._overlap))
+            if self._recording:
+                span.set_attributes(events.result_attributes(result, self._overlap))
             measured[names.STATUS] = result.to_status.value
             measured[names.REPLAYED] = result.replayed
             failure = events.error_type(result)

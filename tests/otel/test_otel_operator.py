@@ -10,7 +10,7 @@ from extras_support import import_extra
 import_extra("opentelemetry.sdk.trace", "otel")
 import_extra("effectguard.otel", "otel")
 
-from otel_script import run_script  # noqa: E402 - after the extra is known to be installed
+from otel_script import run_script  # noqa: E402 - imported once the extra is known to be installed
 
 
 def test_with_the_extra_installed_nothing_imports_it_unless_asked(tmp_path):

@@ -7,19 +7,19 @@ import logging
 import pytest
 from extras_support import import_extra
 
-import_extra("opentelemetry.sdk.trace", "otel")
-otel = import_extra("effectguard.otel", "otel")
-
-from otel_support import Telemetry, events  # noqa: E402 - after the extra is known to be installed
-
-from effectguard import (  # noqa: E402
+from effectguard import (
     EffectContract,
     EffectExecutor,
     EffectStatus,
     OperationConflictError,
     OutcomeProbeResult,
 )
-from effectguard.testkit import FakePaymentProvider, ManualClock  # noqa: E402
+from effectguard.testkit import FakePaymentProvider, ManualClock
+
+import_extra("opentelemetry.sdk.trace", "otel")
+otel = import_extra("effectguard.otel", "otel")
+
+from otel_support import Telemetry, events  # noqa: E402 - imported once the extra is known to be installed
 
 CARD = "4111111111111111"
 OTHER_CARD = "5500005555555559"

@@ -7,26 +7,29 @@ looks right cannot hide a duplicate or a lost effect.
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 from extras_support import import_extra
+from support import ARGS, OPERATION, capture_contract, wait_until
 
-import_extra("opentelemetry.sdk.trace", "otel")
-otel = import_extra("effectguard.otel", "otel")
-
-from opentelemetry import trace  # noqa: E402 - after the extra is known to be installed
-from opentelemetry.trace import StatusCode  # noqa: E402
-from otel_support import Telemetry, event, events  # noqa: E402
-from support import ARGS, OPERATION, capture_contract  # noqa: E402
-
-from effectguard import (  # noqa: E402
+from effectguard import (
     EffectExecutor,
+    EffectRejected,
     EffectStatus,
     OperationConflictError,
+    UnknownOutcomePolicy,
     call_scope,
     effect,
 )
-from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ManualClock  # noqa: E402
+from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ManualClock
+
+import_extra("opentelemetry.sdk.trace", "otel")
+otel = import_extra("effectguard.otel", "otel")
+trace = import_extra("opentelemetry.trace", "otel")
+StatusCode = trace.StatusCode
+
+from otel_support import Telemetry, event, events  # noqa: E402 - imported once the extra is known to be installed
 
 CONTRACT = "payments.capture"
 
@@ -201,8 +204,6 @@ def test_a_quarantine_is_an_error_and_one_operation_awaiting_an_operator(executo
 
 def test_an_outcome_kept_unknown_is_an_outcome_unknown_error(executor, telemetry):
     """KEEP_UNKNOWN: the span ends OUTCOME_UNKNOWN with error.type effectguard.outcome_unknown."""
-    from effectguard import UnknownOutcomePolicy  # noqa: PLC0415
-
     provider = FakePaymentProvider(idempotency_guaranteed=False, faults=FaultPlan([Fault.LOSE_ACK]))
     contract = capture_contract(
         provider, probe=False, unknown_outcome=UnknownOutcomePolicy.KEEP_UNKNOWN
@@ -219,8 +220,6 @@ def test_an_outcome_kept_unknown_is_an_outcome_unknown_error(executor, telemetry
 
 def test_a_rejection_is_an_error_of_its_own_type(executor, telemetry):
     """A handler that raised EffectRejected: REJECTED, error.type effectguard.rejected."""
-    from effectguard import EffectRejected  # noqa: PLC0415
-
     provider = FakePaymentProvider()
 
     def handler(arguments, *, idempotency_key):
@@ -389,10 +388,6 @@ def test_an_exception_ends_the_spans_with_its_type_and_no_message(executor, tele
 
 def test_a_late_result_after_the_call_gets_a_span_of_its_own(ledger, telemetry):
     """A handler past its deadline returns after its call ended: a span under the effect span."""
-    import threading  # noqa: PLC0415
-
-    from support import wait_until  # noqa: PLC0415
-
     provider = FakePaymentProvider(idempotency_guaranteed=False)
     gate = threading.Event()
 
