@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras_support import import_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -32,11 +33,15 @@ def _documents_with_code() -> list[Path]:
 #: Documents whose examples need a PostgreSQL ledger: they read its URL from the
 #: environment, as a deployment would, and get a fresh schema of the test server.
 NEEDS_POSTGRES = {"postgres.md"}
+#: Documents whose examples need an optional extra: (a module it brings, the extra).
+NEEDS_EXTRA = {"telemetry.md": ("opentelemetry.sdk.trace", "otel")}
 
 
 @pytest.mark.parametrize("document", _documents_with_code(), ids=lambda p: p.name)
 def test_python_blocks_run(document: Path, tmp_path: Path, request: pytest.FixtureRequest):
     """The document's Python blocks execute without error, in order."""
+    if document.name in NEEDS_EXTRA:
+        import_extra(*NEEDS_EXTRA[document.name])
     blocks = BLOCK.findall(document.read_text(encoding="utf-8"))
     env = dict(os.environ)
     if document.name in NEEDS_POSTGRES:
@@ -64,6 +69,7 @@ PUBLIC_MODULES = {
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",
+    "effectguard.otel",
     "effectguard.runtime",
     "effectguard.testkit",
     # The testkit's documented submodules (see its package docstring).
