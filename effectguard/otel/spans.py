@@ -41,13 +41,19 @@ _CALL = otel_context.create_key("effectguard.call")
 def _is_tool_span(span: trace.Span) -> bool:
     """Whether ``span`` is a tool call's (a framework's ``execute_tool``) or an effect's own.
 
+    A tool call's span is one named ``execute_tool …``, or with the GenAI attribute
+    ``gen_ai.operation.name=execute_tool`` or ``gen_ai.tool.name``.
+
     Read from the SDK's span (name, attributes); a span whose implementation
     exposes neither does not count, so the effect gets its own ``execute_tool``.
     """
     if not span.get_span_context().is_valid:
         return False
     attributes = getattr(span, "attributes", None) or {}
-    if attributes.get(names.GEN_AI_OPERATION) == "execute_tool" or names.OPERATION_ID in attributes:
+    if attributes.get(names.GEN_AI_OPERATION) == "execute_tool":
+        return True
+    # Pydantic AI's older "running tool" span names the tool only; an effect's own span counts.
+    if names.GEN_AI_TOOL_NAME in attributes or names.OPERATION_ID in attributes:
         return True
     name = getattr(span, "name", "")
     return isinstance(name, str) and name.startswith("execute_tool")

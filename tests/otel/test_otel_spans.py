@@ -340,13 +340,19 @@ def test_effects_nest_under_the_current_span_and_under_a_frameworks_execute_tool
     assert span.parent.span_id == tool.context.span_id
     telemetry.exporter.clear()
 
-    framework = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "capture"}
-    with tracer.start_as_current_span("running tool", attributes=framework) as theirs:
-        executor.execute(contract, {**ARGS, "invoice_id": "INV-7"}, provider.handler)
-    [span] = telemetry.named("effect")
-    assert span.parent.span_id == theirs.get_span_context().span_id
-    assert telemetry.named("execute_tool") == []
-    assert provider.committed() == 2
+    frameworks = [
+        ("execute_tool capture", {"gen_ai.operation.name": "execute_tool"}),  # the semconv
+        ("running tool", {"gen_ai.tool.name": "capture"}),  # Pydantic AI before it
+        ("execute_tool capture", {}),  # named so, attributes left to later
+    ]
+    for index, (name, attributes) in enumerate(frameworks):
+        with tracer.start_as_current_span(name, attributes=attributes) as theirs:
+            executor.execute(contract, {**ARGS, "invoice_id": f"INV-{index}"}, provider.handler)
+        [span] = telemetry.named("effect")
+        assert span.parent.span_id == theirs.get_span_context().span_id
+        assert [s.name for s in telemetry.spans()] == [span.name, name]
+        telemetry.exporter.clear()
+    assert provider.committed() == 4
 
 
 def test_the_call_scope_gives_the_tool_call_id(executor, telemetry):
