@@ -90,15 +90,19 @@ class Configuration:
     makes the most recent one still in place the default again, in any order.
     """
 
-    def __init__(self, executor: EffectExecutor, *, owns_ledger: bool) -> None:
+    def __init__(
+        self, executor: EffectExecutor, *, owns_ledger: bool, telemetry: Any = None
+    ) -> None:
         self.executor = executor
         self._owns_ledger = owns_ledger
+        #: The :class:`effectguard.otel.Instrumentation` of ``configure(telemetry=True)``, or None.
+        self.telemetry = telemetry
 
     def __repr__(self) -> str:
         return f"Configuration({self.executor!r})"
 
     def restore(self) -> None:
-        """Withdraw this default, and close the ledger :func:`configure` opened for it.
+        """Withdraw this default, its telemetry, and close the ledger :func:`configure` opened.
 
         Restoring twice does nothing more.
         """
@@ -108,6 +112,8 @@ class Configuration:
                 return
             _stack.remove(self)
             _default = _stack[-1].executor if _stack else None
+        if self.telemetry is not None:
+            self.telemetry.uninstrument()
         if self._owns_ledger:
             self.executor.ledger.close()
 
@@ -132,6 +138,7 @@ def configure(
     retry_wait_initial: float | None = None,
     retry_wait_max: float | None = None,
     deadline: float | None = None,
+    telemetry: bool = False,
 ) -> Configuration:
     """Set the executor every decorated tool uses when none is given or lent.
 
@@ -145,6 +152,8 @@ def configure(
     unknown URL scheme, a missing directory) is refused here. The returned
     :class:`Configuration` restores the previous default when used as a
     context manager or when :meth:`Configuration.restore` is called.
+    ``telemetry=True`` reports this executor's calls to OpenTelemetry's global
+    providers (:func:`effectguard.otel.instrument`; needs the ``otel`` extra).
     """
     global _default  # noqa: PLW0603 - the process default is process-wide by definition
     waits = {
@@ -167,11 +176,28 @@ def configure(
             msg = "configure() got neither ledger= nor executor= past its check"
             raise InternalError(msg)
         executor, owns_ledger = _executor_for(ledger, clock, wait_for_peer, waits)
-    configuration = Configuration(executor, owns_ledger=owns_ledger)
+    instrumentation = _instrument(executor, owns_ledger=owns_ledger) if telemetry else None
+    configuration = Configuration(executor, owns_ledger=owns_ledger, telemetry=instrumentation)
     with _lock:
         _stack.append(configuration)
         _default = executor
     return configuration
+
+
+def _instrument(executor: EffectExecutor, *, owns_ledger: bool) -> Any:
+    """Turn telemetry on for ``executor``; without the ``otel`` extra, a clear error.
+
+    The telemetry package is imported here only, so nothing imports
+    OpenTelemetry unless telemetry was asked for.
+    """
+    try:
+        from effectguard.otel import instrument  # noqa: PLC0415 - only when asked for
+    except ImportError as exc:
+        if owns_ledger:
+            executor.ledger.close()
+        msg = f"configure(telemetry=True): {exc}"
+        raise ConfigurationError(msg) from exc
+    return instrument(executor)
 
 
 def _refuse_executor_options(executor: EffectExecutor, given: Mapping[str, object]) -> None:

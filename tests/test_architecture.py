@@ -89,6 +89,18 @@ def test_the_core_imports_nothing_built_on_it():
     assert _offences(CORE, BUILT_ON_THE_CORE) == {}
 
 
+def test_the_core_never_imports_telemetry_but_from_configure():
+    """OpenTelemetry stays out of the core: only config.py names otel/, and only in a function."""
+    assert _offences(CORE, ("otel",)) == {
+        "effectguard.config": ["effectguard.otel", "effectguard.otel.instrument"]
+    }
+    tree = ast.parse(MODULES["effectguard.config"].read_text(encoding="utf-8"))
+    top_level = {
+        node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert "effectguard.otel" not in top_level
+
+
 def test_the_executor_sees_the_ledger_only_through_its_protocol():
     """The executor imports no decorator, no config and no ledger backend."""
     forbidden = ("decorator", "config", "ledger.sqlite", "ledger.postgres")

@@ -33,10 +33,13 @@ def _documents_with_code() -> list[Path]:
 #: Documents whose examples need a PostgreSQL ledger: they read its URL from the
 #: environment, as a deployment would, and get a fresh schema of the test server.
 NEEDS_POSTGRES = {"postgres.md"}
-
+#: Documents whose examples need an optional extra: (a module it brings, the extra).
 #: Documents whose examples import an optional extra, as (module, extra) pairs: without it
 #: the document's test skips on a user's machine, and fails in CI (``import_extra``).
-NEEDS_EXTRAS = {"adapters.md": [("pydantic_ai", "pydantic-ai")]}
+NEEDS_EXTRAS = {
+    "adapters.md": [("pydantic_ai", "pydantic-ai")],
+    "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
+}
 
 
 @pytest.mark.parametrize("document", _documents_with_code(), ids=lambda p: p.name)
@@ -76,6 +79,7 @@ PUBLIC_MODULES = {
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",
+    "effectguard.otel",
     "effectguard.runtime",
     "effectguard.testkit",
     # The testkit's documented submodules (see its package docstring).

@@ -201,6 +201,9 @@ def _report(ledger: EffectLedger, record: OperationRecord, verb: str) -> None:
     with refusals():
         event = ledger.events(record.operation_id)[-1]
     recorder = f"{event.evidence.get('os_user')} on {event.evidence.get('host')}"
+    from effectguard.cli._ops_telemetry import trace_resolution  # noqa: PLC0415 - keeps --help cheap
+
+    trace_resolution(record, event)  # a span, when the process has a tracer
     click.echo(
         f"{verb} {record.operation_id!r}: {event.from_status} -> {event.to_status} "
         f"(event {event.seq}, actor {event.evidence.get('actor')!r}, recorded as {recorder})"

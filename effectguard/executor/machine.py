@@ -32,7 +32,7 @@ from effectguard.executor.conflict import differences
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned
-from effectguard.executor.observe import Transition, notify
+from effectguard.executor.observe import Transition, notify, watched
 from effectguard.executor.outputs import decode, not_stored
 from effectguard.executor.peers import PeerWait
 from effectguard.executor.redaction import scrub_write
@@ -188,17 +188,19 @@ class StateMachine:
         """Drive ``call`` from its first read to the result its caller receives.
 
         The call's observers hear of that result, fresh or replayed, also when
-        it reaches the caller as :class:`OutputNotStored` (the effect happened).
+        it reaches the caller as :class:`OutputNotStored` (the effect happened);
+        their call watchers watch it from before the first read to after the result.
         """
         contract = call.contract
-        try:
-            result = yield from self.drive(call)
-        except OutputNotStored as exc:
-            told = exc.result
-            notify(call.observers, Transition.of_result(contract.name, contract.version, told))
-            raise
-        notify(call.observers, Transition.of_result(contract.name, contract.version, result))
-        return result
+        with watched(call.observers, contract, call.operation_id, call.arguments):
+            try:
+                result = yield from self.drive(call)
+            except OutputNotStored as exc:
+                told = exc.result
+                notify(call.observers, Transition.of_result(contract.name, contract.version, told))
+                raise
+            notify(call.observers, Transition.of_result(contract.name, contract.version, result))
+            return result
 
     def cached(self, call: Call) -> EffectResult[Any] | None:
         """The replay of a terminal operation this process has verified, or None: run the machine.
