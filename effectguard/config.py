@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
+#: How long restoring a configuration waits for its start-up recovery sweep to stop.
+_RECOVERY_JOIN_SECONDS = 30.0
 _default: EffectExecutor | None = None
 _stack: list[Configuration] = []
 _lent: contextvars.ContextVar[EffectExecutor | None] = contextvars.ContextVar(
@@ -93,6 +95,8 @@ class Configuration:
     def __init__(self, executor: EffectExecutor, *, owns_ledger: bool) -> None:
         self.executor = executor
         self._owns_ledger = owns_ledger
+        self.recovery: threading.Thread | None = None
+        self._recoverer: Any = None
 
     def __repr__(self) -> str:
         return f"Configuration({self.executor!r})"
@@ -108,6 +112,10 @@ class Configuration:
                 return
             _stack.remove(self)
             _default = _stack[-1].executor if _stack else None
+        if self.recovery is not None:
+            # The sweep stops before its next operation; a probe under way finishes first.
+            self._recoverer.stopped.set()
+            self.recovery.join(_RECOVERY_JOIN_SECONDS)
         if self._owns_ledger:
             self.executor.ledger.close()
 
@@ -132,6 +140,8 @@ def configure(
     retry_wait_initial: float | None = None,
     retry_wait_max: float | None = None,
     deadline: float | None = None,
+    recover_on_start: bool = False,
+    recover_tools: str | Sequence[object] | None = None,
 ) -> Configuration:
     """Set the executor every decorated tool uses when none is given or lent.
 
@@ -145,6 +155,12 @@ def configure(
     unknown URL scheme, a missing directory) is refused here. The returned
     :class:`Configuration` restores the previous default when used as a
     context manager or when :meth:`Configuration.restore` is called.
+
+    With ``recover_on_start=True`` one recovery sweep (:func:`effectguard.recover`)
+    runs in a background thread, so it never delays the first call: every
+    uncertain operation nobody holds is re-probed, never dispatched. Its
+    probes come from ``recover_tools`` (module names or tools), else from
+    every tool decorated in this process by the time the thread starts.
     """
     global _default  # noqa: PLW0603 - the process default is process-wide by definition
     waits = {
@@ -171,6 +187,12 @@ def configure(
     with _lock:
         _stack.append(configuration)
         _default = executor
+    if recover_on_start:
+        from effectguard.recovery import start_recovery  # noqa: PLC0415 - loaded only when asked for
+
+        configuration.recovery, configuration._recoverer = start_recovery(  # noqa: SLF001 - set once, here
+            executor.ledger, recover_tools
+        )
     return configuration
 
 

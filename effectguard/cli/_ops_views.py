@@ -27,6 +27,8 @@ __all__ = [
     "operations_table",
     "record_json",
     "report_json",
+    "resolution_preview",
+    "table",
     "to_json",
 ]
 
@@ -247,4 +249,23 @@ def events_table(events: Iterable[EffectEvent]) -> str:
             )
             for event in events
         ),
+    )
+
+
+def resolution_preview(
+    before: OperationRecord, after: OperationRecord, action: str, now: datetime
+) -> str:
+    """Return what a dry-run resolution shows: the record before and as it would be after."""
+    return "\n".join(
+        [
+            (
+                f"dry run: {action} would move {_clean(before.operation_id)!s} "
+                f"from {before.status.value} to {after.status.value}"
+            ),
+            "--- before",
+            operation_detail(before, now),
+            "--- after",
+            operation_detail(after, now),
+            "nothing was written",
+        ]
     )
