@@ -12,6 +12,7 @@ in this process is also remembered (weakly) so a recovery sweep started by
 from __future__ import annotations
 
 import importlib
+import itertools
 import inspect
 import os
 import types
@@ -31,7 +32,9 @@ __all__ = ["TOOLS_VARIABLE", "FoundTool", "ToolIndex", "known_tools", "load_tool
 #: The environment variable naming the tool modules when ``--tools`` is not given.
 TOOLS_VARIABLE = "EFFECTGUARD_TOOLS"
 
-_REMEMBERED: weakref.WeakSet[Tool] = weakref.WeakSet()
+# By order of decoration, so that of two tools of one contract the later one wins.
+_REMEMBERED: weakref.WeakValueDictionary[int, Tool] = weakref.WeakValueDictionary()
+_SEQUENCE = itertools.count()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +77,13 @@ class ToolIndex:
 
 def remember(tool: Tool) -> None:
     """Note a tool decorated in this process (weakly: a discarded tool is forgotten)."""
-    _REMEMBERED.add(tool)
+    _REMEMBERED[next(_SEQUENCE)] = tool
 
 
 def known_tools() -> ToolIndex:
     """Return every decorated tool of this process that is still alive."""
-    return ToolIndex(_found(tool) for tool in list(_REMEMBERED))
+    tools = sorted(_REMEMBERED.items())
+    return ToolIndex(_found(tool) for _, tool in tools)
 
 
 def load_tools(modules: str | Sequence[object] | None = None) -> ToolIndex:

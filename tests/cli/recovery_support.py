@@ -59,6 +59,24 @@ def find_capture(invoice_id: str, amount_cents: int, *, idempotency_key: str):
 def capture(invoice_id: str, amount_cents: int, *, idempotency_key: str) -> dict:
     """Capture a payment for an invoice."""
     return provider.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+@effect(
+    name="billing.capture_later",
+    operation_id="invoice:{invoice_id}:capture-later",
+    idempotency_key="later:{invoice_id}",
+    probe=find_capture,
+    unknown_outcome="keep_unknown",
+)
+def capture_later(invoice_id: str, amount_cents: int, *, idempotency_key: str) -> dict:
+    """Capture a payment, leaving an unknown outcome for the next call instead of a person."""
+    return provider.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+@effect(name="billing.refund", operation_id="invoice:{invoice_id}:refund")
+def refund(invoice_id: str, amount_cents: int) -> dict:
+    """Refund an invoice (no probe: only a person can settle an unknown refund)."""
+    return provider.capture(invoice_id, -amount_cents, idempotency_key=f"refund:{invoice_id}")
 '''
 
 
@@ -121,16 +139,29 @@ def make_site(directory: Path, target: str) -> Site:
     return Site(directory, target)
 
 
-def leave_quarantined(site: Site, ledger: EffectLedger, *, committed: bool = True) -> None:
-    """Call the tool with its probe down so OP ends QUARANTINED; the capture committed or not."""
+def leave_uncertain(
+    site: Site,
+    ledger: EffectLedger,
+    *,
+    committed: bool = True,
+    tool: str = "capture",
+    invoice: str = "INV-9",
+) -> str:
+    """Call ``tool`` with its probe down so it ends uncertain; return its operation id.
+
+    ``capture`` ends QUARANTINED, ``capture_later`` OUTCOME_UNKNOWN, ``refund``
+    (no probe) QUARANTINED. The request reached the provider (``committed``) or not.
+    """
     module = site.module()
     site.probe_down(True)
     try:
         fault = Fault.LOSE_ACK if committed else Fault.FAIL_BEFORE_COMMIT
         module.provider.faults = FaultPlan([fault])
         with use_executor(EffectExecutor(ledger)):
-            outcome = module.capture.execute("INV-9", 1250)
-        assert outcome.status is EffectStatus.QUARANTINED, outcome
+            outcome = getattr(module, tool).execute(invoice, 1250)
+        expected = EffectStatus.OUTCOME_UNKNOWN if tool == "capture_later" else EffectStatus.QUARANTINED
+        assert outcome.status is expected, outcome
+        return outcome.operation_id
     finally:
         module.provider.faults = FaultPlan()
         site.probe_down(False)
