@@ -47,14 +47,18 @@ def _name(annotation: Any) -> str:
 
 
 def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__qualname__
+    return "null" if value is None else _a(type(value).__qualname__)
+
+
+def _a(name: str) -> str:
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
 
 
 def _mismatch(value: Any, annotation: Any, path: str) -> str | None:  # noqa: C901, PLR0911 - one branch per kind of annotation
     if annotation in (Any, object):
         return None
     if annotation is None or annotation is type(None):
-        return None if value is None else f"{path} is a {_kind(value)}, not null"
+        return None if value is None else f"{path} is {_kind(value)}, not null"
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
@@ -62,7 +66,7 @@ def _mismatch(value: Any, annotation: Any, path: str) -> str | None:  # noqa: C9
     if origin in (Union, types.UnionType):
         if any(_mismatch(value, arm, path) is None for arm in args):
             return None
-        return f"{path} is a {_kind(value)}, not {_name(annotation)}"
+        return f"{path} is {_kind(value)}, not {_name(annotation)}"
     if origin is Literal:
         return None if value in args else f"{path} is {value!r}, not one of {list(args)!r}"
     if typing.is_typeddict(annotation):
@@ -76,13 +80,13 @@ def _mismatch(value: Any, annotation: Any, path: str) -> str | None:  # noqa: C9
             return None
         if isinstance(value, annotation):
             return None
-        return f"{path} is a {_kind(value)}, not a {_name(annotation)}"
+        return f"{path} is {_kind(value)}, not {_a(_name(annotation))}"
     return None
 
 
 def _mapping(value: Any, args: tuple[Any, ...], path: str) -> str | None:
     if not isinstance(value, collections.abc.Mapping):
-        return f"{path} is a {_kind(value)}, not an object"
+        return f"{path} is {_kind(value)}, not an object"
     if len(args) == 2:  # noqa: PLR2004 - a mapping's key and value types
         for key, item in value.items():
             problem = _mismatch(key, args[0], f"{path} key") or _mismatch(
@@ -95,7 +99,7 @@ def _mapping(value: Any, args: tuple[Any, ...], path: str) -> str | None:
 
 def _sequence(value: Any, kind: Any, args: tuple[Any, ...], path: str) -> str | None:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple, set, frozenset)):
-        return f"{path} is a {_kind(value)}, not an array"
+        return f"{path} is {_kind(value)}, not an array"
     items = list(value)
     if kind is tuple and args and args[-1] is not Ellipsis:
         if len(items) != len(args):
@@ -113,7 +117,7 @@ def _sequence(value: Any, kind: Any, args: tuple[Any, ...], path: str) -> str | 
 
 def _typed_dict(value: Any, annotation: Any, path: str) -> str | None:
     if not isinstance(value, collections.abc.Mapping):
-        return f"{path} is a {_kind(value)}, not an object"
+        return f"{path} is {_kind(value)}, not an object"
     missing = sorted(set(annotation.__required_keys__) - set(value))
     if missing:
         return f"{path} lacks the key(s) {', '.join(missing)}"
