@@ -188,12 +188,17 @@ def configure(
         _stack.append(configuration)
         _default = executor
     if recover_on_start:
-        from effectguard.recovery import start_recovery  # noqa: PLC0415 - loaded only when asked for
-
-        configuration.recovery, configuration._recoverer = start_recovery(  # noqa: SLF001 - set once, here
-            executor.ledger, recover_tools
-        )
+        _start_recovery(configuration, recover_tools)
     return configuration
+
+
+def _start_recovery(configuration: Configuration, tools: str | Sequence[object] | None) -> None:
+    """Run the start-up recovery sweep of ``configuration``'s ledger in the background."""
+    from effectguard.recovery import start_recovery  # noqa: PLC0415 - loaded only when asked for
+
+    configuration.recovery, configuration._recoverer = start_recovery(  # noqa: SLF001 - set once, here
+        configuration.executor.ledger, tools
+    )
 
 
 def _refuse_executor_options(executor: EffectExecutor, given: Mapping[str, object]) -> None:

@@ -100,9 +100,10 @@ def list_runs(checkpoints: str, status: str, as_json: bool) -> None:
             choices = ", ".join([*(s.value for s in RunState), "ALL"])
             msg = f"unknown run state {status!r}; choose one of {choices}"
             raise click.BadParameter(msg, param_hint="'--status'") from exc
-    ledger = _ledger_or_none()
-    with _store(checkpoints) as store, refusals():
-        found = list_runs(store, ledger, state=state)
+    with _store(checkpoints) as store:
+        ledger = _ledger_or_none()
+        with refusals():
+            found = list_runs(store, ledger, state=state)
     if as_json:
         click.echo(views.to_json([view.to_json() for view in found]))
     elif found:
@@ -119,9 +120,10 @@ def show_run(run_id: str, checkpoints: str, as_json: bool) -> None:
     """Show run RUN: its state, each operation it waits on with its status, its approvals."""
     from effectguard.runtime import describe_run  # noqa: PLC0415 - loaded on use
 
-    ledger = _ledger_or_none()
-    with _store(checkpoints) as store, refusals():
-        view = describe_run(store, run_id, ledger)
+    with _store(checkpoints) as store:
+        ledger = _ledger_or_none()
+        with refusals():
+            view = describe_run(store, run_id, ledger)
     if as_json:
         click.echo(views.to_json(view.to_json()))
         return

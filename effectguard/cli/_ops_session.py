@@ -75,7 +75,6 @@ def operation(ledger: EffectLedger, operation_id: str) -> OperationRecord:
     return record
 
 
-
 def tools_option(command: F) -> F:
     """Add ``--tools MODULE[,MODULE]`` (or ``EFFECTGUARD_TOOLS``): where the decorated tools are."""
     return click.option(

@@ -12,8 +12,8 @@ in this process is also remembered (weakly) so a recovery sweep started by
 from __future__ import annotations
 
 import importlib
-import itertools
 import inspect
+import itertools
 import os
 import types
 import weakref

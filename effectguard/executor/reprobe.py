@@ -20,6 +20,7 @@ reads, it never sends) but nothing is written.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import inspect
 import time
@@ -203,6 +204,17 @@ def reprobe(
     )
     if dry_run:
         return outcome
+    return _write(ledger, record, changes, event, outcome)
+
+
+def _write(
+    ledger: EffectLedger,
+    record: OperationRecord,
+    changes: Changes,
+    event: EventDraft,
+    outcome: ReprobeOutcome,
+) -> ReprobeOutcome:
+    """Write the re-probe's change, fenced on the record as read; RACED if it changed since."""
     expect = Expect(
         statuses=frozenset({record.status}),
         lease_token=record.lease_token if record.lease_live else UNSET,
@@ -212,29 +224,13 @@ def reprobe(
     try:
         ledger.transition(record.operation_id, expect, changes, [event])
     except FencedWriteError:
-        reason = "another writer changed the operation first; nothing written"
-        return ReprobeOutcome(
-            record.operation_id,
-            record.contract,
-            record.status,
-            record.status,
-            answer.status,
-            ReprobeAction.RACED,
-            reason,
-            written=False,
-            evidence=evidence,
+        return dataclasses.replace(
+            outcome,
+            after=record.status,
+            action=ReprobeAction.RACED,
+            reason="another writer changed the operation first; nothing written",
         )
-    return ReprobeOutcome(
-        record.operation_id,
-        record.contract,
-        record.status,
-        changes.status,
-        answer.status,
-        action,
-        reason,
-        written=True,
-        evidence=evidence,
-    )
+    return dataclasses.replace(outcome, written=True)
 
 
 def _kept(record: OperationRecord, ruling: str) -> str:

@@ -90,7 +90,9 @@ class Site:
     @property
     def provider(self) -> FakePaymentProvider:
         """A handle on the same provider state the tools module uses (faults: none)."""
-        return FakePaymentProvider(idempotency_guaranteed=False, path=self.directory / "provider.db")
+        return FakePaymentProvider(
+            idempotency_guaranteed=False, path=self.directory / "provider.db"
+        )
 
     def probe_down(self, down: bool) -> None:
         """Make the tools module's probe raise (down) or answer (up)."""
@@ -107,7 +109,9 @@ class Site:
         sys.modules.pop(TOOLS_MODULE, None)
         return importlib.import_module(TOOLS_MODULE)
 
-    def ops(self, *args: str, code: int = 0, db: str | None = None) -> subprocess.CompletedProcess[str]:
+    def ops(
+        self, *args: str, code: int = 0, db: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """Run the installed ``agent-effect-ops`` in the site's directory; check the exit code."""
         script = shutil.which("agent-effect-ops", path=str(Path(sys.executable).parent))
         assert script is not None, "agent-effect-ops is not installed in this environment"
@@ -159,7 +163,9 @@ def leave_uncertain(
         module.provider.faults = FaultPlan([fault])
         with use_executor(EffectExecutor(ledger)):
             outcome = getattr(module, tool).execute(invoice, 1250)
-        expected = EffectStatus.OUTCOME_UNKNOWN if tool == "capture_later" else EffectStatus.QUARANTINED
+        expected = (
+            EffectStatus.OUTCOME_UNKNOWN if tool == "capture_later" else EffectStatus.QUARANTINED
+        )
         assert outcome.status is expected, outcome
         return outcome.operation_id
     finally:

@@ -28,7 +28,7 @@ def _snapshot(site: Site) -> object:
         ledger.close()
 
 
-def _record(site: Site, operation_id: str = OP):  # noqa: ANN202 - an OperationRecord
+def _record(site: Site, operation_id: str = OP):
     ledger = open_ledger(site.target)
     try:
         return ledger.get(operation_id), ledger.events(operation_id), ledger.verify()
@@ -159,8 +159,15 @@ def test_bad_requests_are_one_line_and_change_nothing(
 def test_a_settled_operation_is_not_probed(site: Site) -> None:
     """Reprobing a CONFIRMED operation is refused (exit 1) and writes nothing."""
     _uncertain(site)
-    site.ops("confirm", OP, "--output-json", '{"id": "cap_000001"}',
-             "--provider-operation-id", "cap_000001", *AUDIT)
+    site.ops(
+        "confirm",
+        OP,
+        "--output-json",
+        '{"id": "cap_000001"}',
+        "--provider-operation-id",
+        "cap_000001",
+        *AUDIT,
+    )
     before = _snapshot(site)
 
     done = site.ops("reprobe", OP, "--tools", "billing_tools", code=1)

@@ -50,8 +50,9 @@ def test_confirm_refuses_an_output_the_tool_could_not_return(site: Site) -> None
     """A string for a tool declared ``-> dict``: one line, exit 2, nothing written."""
     before = _snapshot(site)
 
-    done = site.ops(*CONFIRM, "--output-json", '"yes it went through"', "--tools", "billing_tools",
-                    code=2)
+    done = site.ops(
+        *CONFIRM, "--output-json", '"yes it went through"', "--tools", "billing_tools", code=2
+    )
 
     assert "$ is a str, not an object" in done.stderr
     assert "billing_tools.capture" in done.stderr
@@ -78,8 +79,10 @@ def test_confirm_without_tools_warns_that_the_output_is_unchecked(site: Site) ->
 @pytest.mark.parametrize(
     ("args", "after"),
     [
-        ((*CONFIRM, "--output-json", '{"id": "cap_000001"}', "--tools", "billing_tools"),
-         "CONFIRMED"),
+        (
+            (*CONFIRM, "--output-json", '{"id": "cap_000001"}', "--tools", "billing_tools"),
+            "CONFIRMED",
+        ),
         (("reject", OP, *AUDIT), "REJECTED"),
         (("authorize-retry", OP, *AUDIT), "PREPARED"),
     ],

@@ -57,9 +57,7 @@ def test_recover_without_the_tool_reports_it_skipped(site: Site, ledger: EffectL
     assert ledger.get(OP).status is EffectStatus.QUARANTINED
 
 
-def test_recoverer_backs_off_per_operation_between_sweeps(
-    site: Site, ledger: EffectLedger
-) -> None:
+def test_recoverer_backs_off_per_operation_between_sweeps(site: Site, ledger: EffectLedger) -> None:
     """An operation left as it was is deferred, then probed again once its backoff runs out."""
     leave_uncertain(site, ledger, committed=False)
     now = [100.0]
