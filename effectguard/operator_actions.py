@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from effectguard.errors import InvalidRequestError, OperationNotFoundError
 from effectguard.ledger import resolution
-from effectguard.output_shape import output_problem
 
 if TYPE_CHECKING:
     from effectguard.decorator.discovery import ToolIndex
@@ -57,6 +56,9 @@ def check_output(record: OperationRecord, output: Any, tools: ToolIndex) -> None
     Raises :class:`~effectguard.errors.InvalidRequestError` naming the
     mismatch, or naming the contract when none of ``tools`` is its tool.
     """
+    # Loaded only here: the codecs are not needed to reject or authorize a retry.
+    from effectguard.output_shape import output_problem  # noqa: PLC0415 - see above
+
     found = tools.find(record.contract, record.contract_version)
     if found is None:
         msg = (
