@@ -36,6 +36,9 @@ def output_problem(output: Any, annotation: Any, codec: OutputCodec[Any] | None)
     try:
         value = (TAGGED if codec is None else codec).decode(output)
     except Exception as exc:  # noqa: BLE001 - any decoding failure is the operator's mistake
+        plain = _mismatch(output, annotation, "$") if typing.get_origin(annotation) else None
+        if plain is not None:  # a container of the wrong kind: say so, not how decoding broke
+            return plain
         return f"the output cannot be read as {_name(annotation)}: {type(exc).__name__}: {exc}"
     return _mismatch(value, annotation, "$")
 
