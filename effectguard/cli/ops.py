@@ -292,12 +292,14 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
 
 
 # The recovery and runs commands live in their own modules; registered here, loaded with the group.
+from effectguard.cli._ops_export import export  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_recovery import reconcile, reprobe  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_runs import runs  # noqa: E402 - registered after main exists
 
 main.add_command(reprobe)
 main.add_command(reconcile)
 main.add_command(runs)
+main.add_command(export)
 
 if __name__ == "__main__":
     main()
