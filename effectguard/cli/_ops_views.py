@@ -234,9 +234,12 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
     return _compact(dict(evidence)) if evidence else ""
 
 
-def events_table(events: Iterable[EffectEvent]) -> str:
-    """Return one line per event: sequence, time, type, transition, attempt, evidence."""
-    return table(
+def events_table(events: Iterable[EffectEvent], width: int | None = None) -> str:
+    """Return one line per event: sequence, time, type, transition, attempt, evidence.
+
+    With ``width``, a line longer than that is cut, ending in an ellipsis.
+    """
+    text = table(
         ("SEQ", "AT", "TYPE", "TRANSITION", "ATTEMPT", "EVIDENCE"),
         (
             (
@@ -249,6 +252,12 @@ def events_table(events: Iterable[EffectEvent]) -> str:
             )
             for event in events
         ),
+    )
+    if width is None:
+        return text
+    limit = max(width, 20) - 1
+    return "\n".join(
+        line if len(line) <= limit + 1 else line[:limit] + "\u2026" for line in text.splitlines()
     )
 
 

@@ -9,6 +9,9 @@ can do here a program can do too.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -139,8 +142,13 @@ def show(operation_id: str, as_json: bool) -> None:
 @main.command(short_help="Show the history of OP, oldest first.")
 @click.argument("operation_id", metavar="OP")
 @json_option
-def events(operation_id: str, as_json: bool) -> None:
-    """Show the history of operation OP, oldest first."""
+@click.option("--wide", is_flag=True, help="Show all the evidence, however wide the terminal.")
+def events(operation_id: str, as_json: bool, wide: bool) -> None:
+    """Show the history of operation OP, oldest first.
+
+    On a terminal (or with COLUMNS set) each line is cut to its width, the
+    evidence ending in an ellipsis; --wide, --json or a pipe show it all.
+    """
     ledger = open_ledger()
     operation(ledger, operation_id)
     with refusals():
@@ -148,7 +156,14 @@ def events(operation_id: str, as_json: bool) -> None:
     if as_json:
         click.echo(views.to_json([views.event_json(event) for event in history]))
     else:
-        click.echo(views.events_table(history))
+        click.echo(views.events_table(history, width=None if wide else _terminal_width()))
+
+
+def _terminal_width() -> int | None:
+    """The width to fit lines to: the terminal's, or COLUMNS; None when output is piped."""
+    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
 
 
 def _resolve(

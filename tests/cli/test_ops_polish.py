@@ -85,3 +85,23 @@ def test_postgres_skips_are_one_line_of_the_summary() -> None:
     count = int(skipped[0].split("[", 1)[1].split("]", 1)[0])
     assert count > 1  # many tests, one line
     assert "PostgreSQL tests skipped" in skipped[0]
+
+
+def test_events_fit_the_terminal_and_wide_shows_everything(tmp_path: Path) -> None:
+    """With COLUMNS=80 no line is longer; --wide keeps the whole evidence."""
+    ledger = quarantined_file(tmp_path)
+    script = Path(sys.executable).parent / "agent-effect-ops"
+    args = [str(script), "--db", str(ledger), "events", "invoice:INV-1042:capture"]
+    env = {**os.environ, "COLUMNS": "80"}
+
+    fitted = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True, env=env)
+    wide = subprocess.run(
+        [*args, "--wide"], capture_output=True, text=True, timeout=60, check=True, env=env
+    )
+
+    lines = fitted.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert any(line.endswith("\u2026") for line in lines)
+    assert max(len(line) for line in wide.stdout.splitlines()) > 80
+    assert '"probe":null' in wide.stdout
+    assert '"probe":null' not in fitted.stdout
