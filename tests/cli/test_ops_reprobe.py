@@ -5,6 +5,8 @@ Every test counts what the fake provider committed: a re-probe must never send.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +223,42 @@ def test_reconcile_text_table_and_limit(site: Site) -> None:
     finally:
         ledger.close()
     assert len(left) == 1
+
+
+def test_reconcile_watch_sweeps_again_backing_off_per_operation(site: Site) -> None:
+    """--watch keeps sweeping; an operation left as it was is deferred by its backoff."""
+    _uncertain(site, committed=False)
+    script = Path(sys.executable).parent / "agent-effect-ops"
+    watcher = subprocess.Popen(
+        [
+            str(script),
+            "--db",
+            site.target,
+            "reconcile",
+            "--tools",
+            "billing_tools",
+            "--watch",
+            "0.1",
+        ],
+        cwd=site.directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    summaries: list[str] = []
+    try:
+        assert watcher.stdout is not None
+        for line in watcher.stdout:
+            if line.startswith("probed "):
+                summaries.append(line.strip())
+            if len(summaries) == 2:
+                break
+    finally:
+        watcher.terminate()
+        watcher.wait(30)
+
+    assert summaries == [
+        "probed 1, changed 0, skipped 0, deferred 0",
+        "probed 0, changed 0, skipped 0, deferred 1",
+    ]
+    assert site.provider.committed() == 0
