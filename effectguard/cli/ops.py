@@ -10,7 +10,6 @@ can do here a program can do too.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -161,9 +160,16 @@ def events(operation_id: str, as_json: bool, wide: bool) -> None:
 
 def _terminal_width() -> int | None:
     """The width to fit lines to: the terminal's, or COLUMNS; None when output is piped."""
-    if "COLUMNS" not in os.environ and not sys.stdout.isatty():
+    # Not shutil.get_terminal_size: importing shutil is a visible part of --help's time.
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if not sys.stdout.isatty():
         return None
-    return shutil.get_terminal_size().columns
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return None
 
 
 def _resolve(
