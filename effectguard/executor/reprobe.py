@@ -11,7 +11,8 @@ as the executor would, and writes what the evidence allows in one fenced write:
   PREPARED, so the next call of the tool dispatches it (never a QUARANTINED
   operation: that one waits for a person unless the effect is found committed);
 - anything else: the status stays, and the probe's answer is recorded as a
-  ``reprobed`` event, so the history shows who asked and what came back.
+  ``reprobed`` event, so the history shows who asked (the actor given, the OS
+  account by uid and the host) and what came back.
 
 Nothing is ever dispatched here. With ``dry_run`` the probe still runs (it
 reads, it never sends) but nothing is written.
@@ -23,6 +24,7 @@ import asyncio
 import dataclasses
 import enum
 import inspect
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ from effectguard.executor.outputs import Stored, jsonable, store
 from effectguard.executor.reconcile import Verdict, decide
 from effectguard.fingerprint import request_fingerprint
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect
+from effectguard.ledger.resolution import os_user
 from effectguard.ledger.transitions import to_confirmed
 from effectguard.model import (
     EffectStatus,
@@ -186,6 +189,8 @@ def reprobe(
         "probe_evidence": jsonable(answer.evidence),
         "overlap_risk": bool(overlap),
         "reprobed_by": actor,
+        "os_user": os_user(),
+        "host": socket.gethostname(),
     }
     if isinstance(stored, str):
         evidence["unconfirmable"] = stored

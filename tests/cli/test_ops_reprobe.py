@@ -60,6 +60,8 @@ def test_reprobe_confirms_a_quarantined_capture_the_provider_holds(site: Site) -
     assert events[-1].type is EventType.CONFIRMED
     assert events[-1].evidence["probe"] == "COMMITTED"
     assert "reprobe as" in events[-1].evidence["reprobed_by"]
+    assert "uid" in events[-1].evidence["os_user"]
+    assert events[-1].evidence["host"]
     assert report.ok
     assert site.provider.committed() == 1
     # The agent's next call replays the probe's output: still one capture.
