@@ -185,8 +185,10 @@ class Recoverer:
 
     def _candidates(self) -> list[OperationRecord]:
         found: list[OperationRecord] = []
+        # Rows still backing off are read too, so they never hide the ones behind them.
+        window = self.limit + len(self._due)
         for status in self.statuses:
-            records = self.ledger.list_operations(status=status, limit=self.limit)
+            records = self.ledger.list_operations(status=status, limit=window)
             found.extend(record for record in records if _candidate(record))
         return found
 

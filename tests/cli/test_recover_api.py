@@ -105,3 +105,22 @@ def test_recover_refuses_a_status_it_does_not_sweep(ledger: EffectLedger) -> Non
     """Asking a sweep for settled operations is a configuration error naming the choices."""
     with pytest.raises(effectguard.ConfigurationError, match="not CONFIRMED"):
         effectguard.recover(ledger, tools=[], statuses=[EffectStatus.CONFIRMED])
+
+
+def test_an_operation_backing_off_never_hides_the_ones_behind_it(
+    site: Site, ledger: EffectLedger
+) -> None:
+    """With --limit 1, the next sweep probes the next operation, not nothing."""
+    first = leave_uncertain(site, ledger, committed=False, invoice="INV-1")
+    second = leave_uncertain(site, ledger, committed=False, invoice="INV-2")
+    recoverer = Recoverer(
+        ledger, effectguard.load_tools([site.module()]), limit=1, clock=lambda: 100.0
+    )
+
+    one = recoverer.sweep()
+    two = recoverer.sweep()
+
+    probed = [o.operation_id for o in one.probed] + [o.operation_id for o in two.probed]
+    assert sorted(probed) == sorted([first, second])
+    assert two.deferred == 1
+    assert site.provider.committed() == 0
