@@ -172,7 +172,10 @@ def reprobe(
     answer = _ask(contract, record)
     gone = abandoned(record.lease_token, record.lease_owner)
     overlap = list(live_overlap(record))
-    holder_may_send = record.status in _HELD and record.lease_owner is not None and not gone
+    # As when the executor takes a row over: only a DISPATCHED holder may still be sending.
+    holder_may_send = (
+        record.status is EffectStatus.DISPATCHED and record.lease_owner is not None and not gone
+    )
     if holder_may_send and record.lease_token is not None and record.lease_owner is not None:
         overlap.append(OverlapHolder(record.lease_token, record.attempts, record.lease_owner))
     stored = store(contract, answer.output) if answer.status is ProbeStatus.COMMITTED else None
@@ -282,7 +285,9 @@ def _plan(
             evidence=evidence,
             overlap=tuple(overlap),
         )
-        kind = EventType.OWNER_GONE if record.lease_live else EventType.LEASE_EXPIRED
+        gone = abandoned(record.lease_token, record.lease_owner)
+        evidence["owner_gone"] = gone
+        kind = EventType.OWNER_GONE if gone else EventType.LEASE_EXPIRED
         event = EventDraft(kind, status, EffectStatus.OUTCOME_UNKNOWN, attempt, evidence)
         return changes, event, ReprobeAction.MARKED_UNKNOWN
     changes = Changes(status)

@@ -103,3 +103,28 @@ def test_a_live_workers_operation_is_not_probed(tmp_path: Path) -> None:
         types = [event.type for event in ledger.events(OPERATION)]
         assert EventType.REPROBED not in types
     assert provider.committed() == 1
+
+
+@pytest.mark.slow
+def test_a_dead_workers_operation_the_probe_cannot_settle_is_marked_unknown(
+    tmp_path: Path,
+) -> None:
+    """UNKNOWN from the probe: OUTCOME_UNKNOWN with an owner_gone event, no overlap, nothing sent."""
+    ledger_path, provider = _killed_at(tmp_path, "crash-after-claim")
+    blind = FakePaymentProvider(path=tmp_path / "provider.db", lookup=Lookup.NONE)
+    contract = capture_contract(blind)
+    with SQLiteEffectLedger(ledger_path) as ledger:
+        outcome = reprobe(ledger, ledger.get(OPERATION), contract, actor="test")
+
+        assert (outcome.after, outcome.action) == (
+            EffectStatus.OUTCOME_UNKNOWN,
+            ReprobeAction.MARKED_UNKNOWN,
+        )
+        record = ledger.get(OPERATION)
+        assert record.status is EffectStatus.OUTCOME_UNKNOWN
+        assert not record.overlap_risk  # its holder is dead: it can send nothing more
+        last = ledger.events(OPERATION)[-1]
+        assert last.type is EventType.OWNER_GONE
+        assert last.evidence["owner_gone"] is True
+        assert ledger.verify().ok
+    assert provider.committed() == 0
