@@ -109,7 +109,7 @@ def test_a_live_workers_operation_is_not_probed(tmp_path: Path) -> None:
 def test_a_dead_workers_operation_the_probe_cannot_settle_is_marked_unknown(
     tmp_path: Path,
 ) -> None:
-    """UNKNOWN from the probe: OUTCOME_UNKNOWN with an owner_gone event, no overlap, nothing sent."""
+    """UNKNOWN from the probe: OUTCOME_UNKNOWN, an owner_gone event, no overlap, nothing sent."""
     ledger_path, provider = _killed_at(tmp_path, "crash-after-claim")
     blind = FakePaymentProvider(path=tmp_path / "provider.db", lookup=Lookup.NONE)
     contract = capture_contract(blind)
