@@ -34,7 +34,7 @@ from effectguard.errors import FencedWriteError, IllegalTransitionError
 from effectguard.executor import handler as _handler
 from effectguard.executor.lease import abandoned, live_overlap
 from effectguard.executor.outputs import Stored, jsonable, store
-from effectguard.executor.reconcile import Verdict, decide
+from effectguard.executor.reconcile import Ruling, Verdict, decide
 from effectguard.fingerprint import request_fingerprint
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect
 from effectguard.ledger.resolution import os_user
@@ -170,23 +170,7 @@ def reprobe(
     if problem is not None:
         raise IllegalTransitionError(problem)
     answer = _ask(contract, record)
-    gone = abandoned(record.lease_token, record.lease_owner)
-    overlap = list(live_overlap(record))
-    # As when the executor takes a row over: only a DISPATCHED holder may still be sending.
-    holder_may_send = (
-        record.status is EffectStatus.DISPATCHED and record.lease_owner is not None and not gone
-    )
-    if holder_may_send and record.lease_token is not None and record.lease_owner is not None:
-        overlap.append(OverlapHolder(record.lease_token, record.attempts, record.lease_owner))
-    stored = store(contract, answer.output) if answer.status is ProbeStatus.COMMITTED else None
-    ruling = decide(
-        answer,
-        confirmable=isinstance(stored, Stored),
-        guaranteed=_guaranteed(contract, record, wall),
-        overlap_risk=bool(overlap),
-        attempts_left=record.attempts < record.attempt_budget,
-        policy=contract.unknown_outcome,
-    )
+    ruling, stored, overlap = _judge(contract, record, answer, wall)
     evidence: dict[str, Any] = {
         "probe": answer.status.value,
         "probe_evidence": jsonable(answer.evidence),
@@ -239,6 +223,33 @@ def _write(
             reason="another writer changed the operation first; nothing written",
         )
     return dataclasses.replace(outcome, written=True)
+
+
+def _judge(
+    contract: EffectContract,
+    record: OperationRecord,
+    answer: OutcomeProbeResult,
+    wall: float | None,
+) -> tuple[Ruling, Stored | str | None, list[OverlapHolder]]:
+    """The reconcile table's ruling on ``answer``, the output's stored form, and the overlap."""
+    gone = abandoned(record.lease_token, record.lease_owner)
+    overlap = list(live_overlap(record))
+    # As when the executor takes a row over: only a DISPATCHED holder may still be sending.
+    holder_may_send = (
+        record.status is EffectStatus.DISPATCHED and record.lease_owner is not None and not gone
+    )
+    if holder_may_send and record.lease_token is not None and record.lease_owner is not None:
+        overlap.append(OverlapHolder(record.lease_token, record.attempts, record.lease_owner))
+    stored = store(contract, answer.output) if answer.status is ProbeStatus.COMMITTED else None
+    ruling = decide(
+        answer,
+        confirmable=isinstance(stored, Stored),
+        guaranteed=_guaranteed(contract, record, wall),
+        overlap_risk=bool(overlap),
+        attempts_left=record.attempts < record.attempt_budget,
+        policy=contract.unknown_outcome,
+    )
+    return ruling, stored, overlap
 
 
 def _kept(record: OperationRecord, ruling: str) -> str:
