@@ -228,7 +228,7 @@ def _keywords_only(func: Callable[P, R]) -> Callable[P, R]:
             raise TypeError(msg)
         if "operation_id" not in kwargs:
             msg = (
-                '@effect(...) needs operation_id=: a str.format template over the tool\'s '
+                "@effect(...) needs operation_id=: a str.format template over the tool's "
                 'parameters ("order:{order_id}:pay"), a callable taking the arguments, '
                 "or effectguard.call_scoped(prefix)"
             )
@@ -313,7 +313,8 @@ def effect(
     return EffectDecorator(Options.from_keywords(locals()))
 
 
-def _find(obj: object) -> Tool | None:
+def find_tool(obj: object) -> Tool | None:
+    """Return the decorated tool behind ``obj``, or None (see :func:`get_contract`)."""
     for _ in range(_MAX_UNWRAP):
         kind = type(obj)  # not obj.__class__, which a wrapt proxy reports as the wrapped one's
         if issubclass(kind, _EffectWrapper):
@@ -338,18 +339,18 @@ def get_contract(obj: object) -> EffectContract | None:
     Finds it on the function, on a bound method, on a ``staticmethod`` or
     ``classmethod`` object, and through other decorators that set ``__wrapped__``.
     """
-    found = _find(obj)
+    found = find_tool(obj)
     return None if found is None else found.contract
 
 
 def is_effect(obj: object) -> bool:
     """True when ``obj`` is a decorated tool, however it was reached (see :func:`get_contract`)."""
-    return _find(obj) is not None
+    return find_tool(obj) is not None
 
 
 def _tool_of(obj: object, needed_by: str) -> tuple[Tool, object | None]:
     """Return ``obj``'s tool and the instance it is bound to; TypeError when not decorated."""
-    found = _find(obj)
+    found = find_tool(obj)
     if found is None:
         msg = f"{needed_by} needs a function decorated with @effect, not {obj!r}"
         raise TypeError(msg)
