@@ -160,6 +160,7 @@ class Rows:
         self._load = tuple(loader(c.kind, load_time) for c in OPERATION_COLUMNS)
         self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
+        self._load_by_name = dict(zip(self.operation_columns, self._load, strict=True))
         self._load_event = tuple(loader(c.kind, load_time) for c in EVENT_COLUMNS)
         self._dump_event = tuple(dumper(c.kind, store_time) for c in EVENT_COLUMNS)
         fields = [c.field for c in OPERATION_COLUMNS]
@@ -189,13 +190,28 @@ class Rows:
 
     def record(self, row: Sequence[Any], now: Any) -> OperationRecord:
         """Return the operation in ``row``, its lease judged live or not at ``now``."""
-        values = [
+        return self.assembled(self.decoded(row), row[self._token], row[self._expires], now)
+
+    def decoded(self, row: Sequence[Any]) -> list[Any]:
+        """Return the record's values of operation ``row``, in column order."""
+        return [
             value if load is None else load(value)
             for load, value in zip(self._load, row, strict=True)
         ]
-        token, expires = row[self._token], row[self._expires]
-        values.insert(_LIVE_AT, token is not None and expires is not None and expires > now)
-        return OperationRecord(*values)
+
+    def decode(self, name: str, value: Any) -> Any:
+        """Return the record's value of column ``name`` stored as ``value``."""
+        load = self._load_by_name[name]
+        return value if load is None else load(value)
+
+    @staticmethod
+    def assembled(
+        values: Sequence[Any], token: str | None, expires: Any, now: Any
+    ) -> OperationRecord:
+        """Return the record of decoded ``values``, the lease judged live at ``now``."""
+        fields = list(values)
+        fields.insert(_LIVE_AT, token is not None and expires is not None and expires > now)
+        return OperationRecord(*fields)
 
     def event(self, row: Sequence[Any]) -> EffectEvent:
         """Return the event in ``row``."""
