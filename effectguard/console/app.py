@@ -30,14 +30,22 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised by a subproce
 
 from effectguard.console.attention import ATTENTION_STATUSES, needs_attention
 from effectguard.console.guard import GuardMiddleware
-from effectguard.console.resolve import ACTIONS, ResolutionRefused, parse_resolution, resolve
-from effectguard.console.runs import waiting_runs
+from effectguard.console.resolve import (
+    ACTIONS,
+    ResolutionRefused,
+    parse_resolution,
+    reprobe,
+    resolve,
+)
 from effectguard.console.security import AccessGuard
 from effectguard.errors import EffectGuardError
+from effectguard.ledger.resolution import os_user
 from effectguard.model import EffectStatus
 
 if TYPE_CHECKING:
+    from effectguard.decorator.discovery import ToolIndex
     from effectguard.ledger import EffectLedger
+    from effectguard.runtime import RunView
 
 __all__ = ["ConsoleSettings", "create_app"]
 
@@ -50,7 +58,11 @@ class ConsoleSettings:
 
     ``actor`` is recorded on every resolution (the ledger also records the OS
     account and host of the process). ``checkpoints`` is a runtime checkpoint
-    file whose WAITING runs the console shows, or None.
+    file whose WAITING runs the console shows, or None. ``tools`` (the
+    decorated tools, as ``agent-effect-ops --tools`` loads them) lets the
+    console check a confirmation's output against the tool's return type and
+    re-probe an operation; without them outputs are unchecked (with a warning)
+    and there is no re-probe.
     """
 
     ledger: EffectLedger
@@ -58,6 +70,7 @@ class ConsoleSettings:
     actor: str
     read_only: bool = False
     checkpoints: str | None = None
+    tools: ToolIndex | None = None
     page_size: int = 50
 
 
@@ -122,13 +135,11 @@ class _Pages:
             events = ledger.events(operation_id)
         except EffectGuardError as exc:
             return self.problem(str(exc), 400)
-        blocked = []
-        if self.settings.checkpoints is not None:
-            blocked = [
-                run
-                for run in waiting_runs(self.settings.checkpoints, ledger)
-                if any(op == operation_id for op, _ in run.operations)
-            ]
+        blocked = [
+            run
+            for run in self.waiting_runs()
+            if any(op.operation_id == operation_id for op in run.operations)
+        ]
         return self.render(
             "operation.html",
             record=record,
@@ -136,27 +147,72 @@ class _Pages:
             chain=_chain_check(record, events),
             blocked=blocked,
             actions=ACTIONS,
+            can_reprobe=self.settings.tools is not None,
             done=request.query_params.get("done", ""),
         )
+
+    def waiting_runs(self) -> list[RunView]:
+        """The WAITING runs of the checkpoint file, with their operations' status now."""
+        if self.settings.checkpoints is None:
+            return []
+        from effectguard.runtime import SQLiteCheckpointStore, list_runs  # noqa: PLC0415 - only with checkpoints
+
+        with SQLiteCheckpointStore(self.settings.checkpoints) as store:
+            return list_runs(store, self.settings.ledger)
 
     def runs(self, request: Request) -> Response:  # noqa: ARG002 - Starlette's handler signature
         if self.settings.checkpoints is None:
             return self.render("runs.html", runs=None)
-        return self.render(
-            "runs.html", runs=waiting_runs(self.settings.checkpoints, self.settings.ledger)
-        )
+        return self.render("runs.html", runs=self.waiting_runs())
 
-    async def resolve(self, request: Request) -> Response:
+    async def form(self, request: Request) -> dict[str, str] | Response:
+        """The posted form's text fields, or the 403 page when its CSRF token is wrong."""
         form = await request.form()
         fields = {key: value for key, value in form.items() if isinstance(value, str)}
         if not self.guard.csrf_ok(fields.get("csrf")):
             return self.problem("the form's CSRF token is missing or wrong; reload the page", 403)
+        return fields
+
+    async def resolve(self, request: Request) -> Response:
+        fields = await self.form(request)
+        if isinstance(fields, Response):
+            return fields
+        preview = fields.get("submit") == "preview"
         try:
             resolution = parse_resolution(fields)
-            record = resolve(self.settings.ledger, resolution, actor=self.settings.actor)
+            done = resolve(
+                self.settings.ledger,
+                resolution,
+                actor=self.settings.actor,
+                tools=self.settings.tools,
+                dry_run=preview,
+            )
         except (ValueError, ResolutionRefused) as exc:
             return self.problem(str(exc), 400)
-        target = "/operation?" + urlencode({"id": record.operation_id, "done": resolution.action})
+        if preview:
+            return self.render("preview.html", done=done, fields=fields, action="/resolve")
+        target = "/operation?" + urlencode({"id": done.after.operation_id, "done": done.action})
+        return RedirectResponse(target, status_code=303)
+
+    async def reprobe(self, request: Request) -> Response:
+        fields = await self.form(request)
+        if isinstance(fields, Response):
+            return fields
+        tools = self.settings.tools
+        if tools is None:  # pragma: no cover - the route exists only with tools
+            return self.problem("start the console with --tools to re-probe", 400)
+        operation_id = fields.get("operation_id", "")
+        preview = fields.get("submit") == "preview"
+        actor = f"{self.settings.actor} (console, as {os_user()})"
+        try:
+            outcome = reprobe(
+                self.settings.ledger, operation_id, tools, actor=actor, dry_run=preview
+            )
+        except ResolutionRefused as exc:
+            return self.problem(str(exc), 400)
+        if preview:
+            return self.render("reprobed.html", outcome=outcome, fields=fields)
+        target = "/operation?" + urlencode({"id": operation_id, "done": "re-probe"})
         return RedirectResponse(target, status_code=303)
 
     def stylesheet(self, request: Request) -> Response:  # noqa: ARG002 - Starlette's handler signature
@@ -195,6 +251,8 @@ def create_app(settings: ConsoleSettings) -> Starlette:
     ]
     if not settings.read_only:
         routes.append(Route("/resolve", pages.resolve, methods=["POST"]))
+        if settings.tools is not None:
+            routes.append(Route("/reprobe", pages.reprobe, methods=["POST"]))
     return Starlette(
         routes=routes,
         middleware=[Middleware(GuardMiddleware, guard=guard, forbidden=pages.problem)],

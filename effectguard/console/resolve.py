@@ -1,9 +1,10 @@
 """An operator's resolution as the console receives it: parsed, checked, then applied.
 
-The console writes only through the ledger's audited operator API
-(``confirm``, ``reject``, ``authorize_retry``), so its resolutions obey exactly
-the rules, and leave exactly the audit trail, of ``agent-effect-ops``. A form
-that is incomplete or malformed is refused before the ledger is touched.
+The console writes only through the functions ``agent-effect-ops`` uses
+(:mod:`effectguard.operator_actions` and the re-probe of
+:mod:`effectguard.executor.reprobe`), so its resolutions obey exactly the
+rules, checks and dry runs, and leave exactly the audit trail, of the CLI. A
+form that is incomplete or malformed is refused before the ledger is touched.
 """
 
 from __future__ import annotations
@@ -12,18 +13,20 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from effectguard import operator_actions
 from effectguard.errors import EffectGuardError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from effectguard.decorator.discovery import ToolIndex
+    from effectguard.executor.reprobe import ReprobeOutcome
     from effectguard.ledger import EffectLedger
-    from effectguard.model import OperationRecord
 
-__all__ = ["ACTIONS", "Resolution", "ResolutionRefused", "parse_resolution", "resolve"]
+__all__ = ["ACTIONS", "Resolution", "ResolutionRefused", "parse_resolution", "reprobe", "resolve"]
 
 #: What an operator can do to an operation, as the CLI names the commands.
-ACTIONS = ("confirm", "reject", "authorize-retry")
+ACTIONS = operator_actions.ACTIONS
 
 
 class ResolutionRefused(Exception):
@@ -89,23 +92,55 @@ def _json(text: str) -> Any:
         raise ValueError(msg) from exc
 
 
-def resolve(ledger: EffectLedger, resolution: Resolution, *, actor: str) -> OperationRecord:
-    """Apply ``resolution`` as ``actor``; :class:`ResolutionRefused` when the ledger refuses it."""
-    audit = {
-        "actor": actor,
-        "reason": resolution.reason,
-        "evidence_reference": resolution.evidence_reference,
-    }
+def resolve(
+    ledger: EffectLedger,
+    resolution: Resolution,
+    *,
+    actor: str,
+    tools: ToolIndex | None = None,
+    dry_run: bool = False,
+) -> operator_actions.Resolution:
+    """Apply (or, with ``dry_run``, preview) ``resolution`` as ``actor``.
+
+    The same checks as ``agent-effect-ops``: with ``tools``, a confirmation's
+    output must fit the tool's return type. :class:`ResolutionRefused` when
+    the ledger or a check refuses it; nothing is written then.
+    """
     try:
-        if resolution.action == "confirm":
-            return ledger.confirm(
-                resolution.operation_id,
-                output=resolution.output,
-                provider_operation_id=resolution.provider_operation_id,
-                **audit,
-            )
-        if resolution.action == "reject":
-            return ledger.reject(resolution.operation_id, **audit)
-        return ledger.authorize_retry(resolution.operation_id, **audit)
+        return operator_actions.resolve(
+            ledger,
+            resolution.operation_id,
+            resolution.action,  # type: ignore[arg-type]  # checked by parse_resolution
+            actor=actor,
+            reason=resolution.reason,
+            evidence_reference=resolution.evidence_reference,
+            output=resolution.output,
+            provider_operation_id=resolution.provider_operation_id,
+            tools=tools,
+            dry_run=dry_run,
+        )
+    except EffectGuardError as exc:
+        raise ResolutionRefused(str(exc)) from exc
+
+
+def reprobe(
+    ledger: EffectLedger, operation_id: str, tools: ToolIndex, *, actor: str, dry_run: bool
+) -> ReprobeOutcome:
+    """Run the operation's probe now, as ``agent-effect-ops reprobe`` does; never dispatches."""
+    from effectguard.executor.reprobe import reprobe as run_reprobe  # noqa: PLC0415 - on use
+
+    try:
+        record = ledger.get(operation_id)
+        if record is None:
+            msg = f"no operation {operation_id!r} in the ledger"
+            raise ResolutionRefused(msg)
+        found = tools.find(record.contract, record.contract_version)
+        return run_reprobe(
+            ledger,
+            record,
+            None if found is None else found.contract,  # type: ignore[arg-type]  # refused inside
+            actor=actor,
+            dry_run=dry_run,
+        )
     except EffectGuardError as exc:
         raise ResolutionRefused(str(exc)) from exc

@@ -15,7 +15,9 @@ from effectguard import (
     EffectExecutor,
     EffectLedger,
     EffectStatus,
+    OutcomeProbeResult,
     effect,
+    use_executor,
 )
 from effectguard.ledger import open_ledger
 from effectguard.runtime import (
@@ -158,3 +160,53 @@ def waiting_run(workdir: Path) -> FakePaymentProvider:
         msg = f"expected a WAITING run over one committed payment, got {result}"
         raise RuntimeError(msg)
     return provider
+
+
+class ProbedPayments:
+    """A capture whose probe can be switched off, as a provider's lookup API that is down."""
+
+    def __init__(self, provider: FakePaymentProvider) -> None:
+        self.provider = provider
+        self.probe_down = True
+
+    def find_capture(
+        self, invoice_id: str, amount_cents: int, *, idempotency_key: str
+    ) -> OutcomeProbeResult:
+        """Ask the provider for the capture sent with this key."""
+        del amount_cents  # the key identifies the request
+        if self.probe_down:
+            msg = "the provider's lookup API is down"
+            raise ConnectionError(msg)
+        return self.provider.probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)
+
+    @effect(
+        name="billing.capture",
+        operation_id="invoice:{invoice_id}:capture",
+        idempotency_key="capture:{invoice_id}",
+        probe=find_capture,
+        provider_operation_id="id",
+    )
+    def capture(
+        self, invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
+    ) -> dict[str, Any]:
+        """Capture the payment of an invoice.
+
+        Args:
+            invoice_id: The invoice to charge.
+            amount_cents: The amount, in cents.
+            idempotency_key: Supplied by the executor, the same for every attempt.
+        """
+        return self.provider.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+def quarantined_with_probe(ledger: EffectLedger) -> ProbedPayments:
+    """Capture INV-9, lose the ack while the lookup API is down: QUARANTINED, one payment."""
+    tools = ProbedPayments(
+        FakePaymentProvider(idempotency_guaranteed=False, faults=FaultPlan([Fault.LOSE_ACK]))
+    )
+    with use_executor(EffectExecutor(ledger, deadline=0)):
+        result = tools.capture.execute("INV-9", 900)
+    if result.status is not EffectStatus.QUARANTINED:
+        msg = f"expected QUARANTINED, got {result.status}"
+        raise RuntimeError(msg)
+    return tools

@@ -138,7 +138,12 @@ def _operator_confirms(browser: Any, url: str, screenshots: Path) -> None:
     form.find_element(By.NAME, "output_json").send_keys('{"charge": "ch_7", "captured": 700}')
     form.find_element(By.NAME, "provider_operation_id").send_keys("ch_7")
     browser.save_screenshot(str(screenshots / "resolve-form.png"))
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    form.find_element(By.CSS_SELECTOR, "button[value=preview]").click()
+
+    assert "Nothing has been written" in browser.find_element(By.ID, "preview").text
+    assert "CONFIRMED" in browser.find_element(By.ID, "changes").text
+    browser.save_screenshot(str(screenshots / "preview.png"))
+    browser.find_element(By.CSS_SELECTOR, "#confirm-preview button[value=apply]").click()
 
     assert browser.find_element(By.ID, "status").text == "CONFIRMED"
     assert "Recorded: confirm" in browser.find_element(By.ID, "done").text

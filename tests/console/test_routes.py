@@ -17,12 +17,23 @@ from extras_support import import_extra
 import_extra("starlette", "console")
 import_extra("starlette.testclient", "console")
 
-from console_support import TOKEN, operation_id, quarantine, replay, sqlite_state  # noqa: E402 - imported once the extra is known to be installed
+from console_support import (  # noqa: E402 - imported once the extra is known to be installed
+    RUN_ID,
+    RUN_OPERATION,
+    TOKEN,
+    operation_id,
+    quarantine,
+    quarantined_with_probe,
+    replay,
+    sqlite_state,
+    waiting_run,
+)
 from starlette.testclient import TestClient  # noqa: E402 - imported once the extra is known to be installed
 
 from effectguard import EffectLedger, EffectStatus  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console import ConsoleSettings, create_app  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console.security import COOKIE, SECURITY_HEADERS  # noqa: E402 - imported once the extra is known to be installed
+from effectguard.decorator.discovery import load_tools  # noqa: E402 - imported once the extra is known to be installed
 
 CSRF_FIELD = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 
@@ -290,3 +301,111 @@ def test_hostile_ids_and_evidence_are_escaped(
     )
     assert refused.status_code == 400
     assert "<script>" not in refused.text
+
+
+def test_preview_shows_the_change_and_writes_nothing(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    provider = quarantine(ledger, "A1")
+    op = operation_id("A1")
+    before = _snapshot(ledger, backend, ledger_target)
+    page = _resolve(
+        console(),
+        op,
+        "confirm",
+        output_json='{"charge": "ch_1"}',
+        provider_operation_id="ch_1",
+        submit="preview",
+    )
+    assert page.status_code == 200, page.text
+    assert "Nothing has been written" in page.text
+    assert re.search(r"<td>Status</td><td>QUARANTINED</td><td>CONFIRMED</td>", page.text)
+    assert "the output is unchecked" in page.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    assert provider.committed() == 1
+
+
+def test_with_tools_an_output_of_the_wrong_type_is_refused(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    tools = quarantined_with_probe(ledger)
+    client = console(tools=load_tools([tools]))
+    before = _snapshot(ledger, backend, ledger_target)
+    refused = _resolve(
+        client,
+        "invoice:INV-9:capture",
+        "confirm",
+        output_json='"yes it went through"',
+        provider_operation_id="ch_9",
+    )
+    assert refused.status_code == 400
+    assert "does not match" in refused.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    accepted = _resolve(
+        client,
+        "invoice:INV-9:capture",
+        "confirm",
+        output_json='{"id": "ch_9"}',
+        provider_operation_id="ch_9",
+    )
+    assert accepted.status_code == 303
+    assert tools.provider.committed() == 1
+
+
+def test_reprobe_confirms_on_the_providers_evidence_and_never_sends(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    tools = quarantined_with_probe(ledger)
+    op = "invoice:INV-9:capture"
+    assert console().post("/reprobe", data={"operation_id": op}).status_code in (404, 405)
+    client = console(tools=load_tools([tools]))
+    page = client.get("/operation", params={"id": op})
+    assert 'action="/reprobe"' in page.text
+    csrf = CSRF_FIELD.search(page.text)
+    assert csrf is not None
+    down = client.post(
+        "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "apply"}
+    )
+    assert down.status_code == 303
+    still = ledger.get(op)
+    assert still is not None
+    assert still.status is EffectStatus.QUARANTINED
+    tools.probe_down = False
+    before = _snapshot(ledger, backend, ledger_target)
+    preview = client.post(
+        "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "preview"}
+    )
+    assert preview.status_code == 200
+    assert "COMMITTED" in preview.text
+    assert "QUARANTINED → CONFIRMED" in preview.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    applied = client.post(
+        "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "apply"}
+    )
+    assert applied.status_code == 303
+    record = ledger.get(op)
+    assert record is not None
+    assert record.status is EffectStatus.CONFIRMED
+    assert "alice (console" in str(ledger.events(op)[-1].evidence.get("reprobed_by"))
+    assert tools.provider.committed() == 1
+    assert tools.provider.requests == 1
+
+
+def test_the_runs_page_lists_a_waiting_run_and_what_blocks_it(tmp_path: Path):
+    waiting_run(tmp_path)
+    from effectguard.ledger import open_ledger  # noqa: PLC0415 - this test's own ledger file
+
+    ledger = open_ledger(tmp_path / "ledger.db")
+    try:
+        client = _client(ledger, checkpoints=str(tmp_path / "runs.db"))
+        client.cookies.set(COOKIE, TOKEN)
+        page = client.get("/runs")
+        assert page.status_code == 200
+        assert RUN_ID in page.text
+        assert RUN_OPERATION in page.text
+        assert "needs a person" in page.text
+        detail = client.get("/operation", params={"id": RUN_OPERATION})
+        assert "Runs waiting on it" in detail.text
+        assert RUN_ID in detail.text
+    finally:
+        ledger.close()
