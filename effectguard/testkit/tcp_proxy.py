@@ -87,6 +87,12 @@ class TcpProxy:
             self._marker = marker
             self._then = then
 
+    def keep_replies(self) -> None:
+        """Forget a reply loss armed by :meth:`lose_reply_to` that no request has met yet."""
+        with self._lock:
+            self._marker = None
+            self._then = None
+
     def close(self) -> None:
         """Stop listening and drop every connection."""
         self.cut()

@@ -28,8 +28,8 @@ from typing import IO, Any, Self
 
 from effectguard.executor import EffectExecutor
 from effectguard.executor.pacing import seeded_jitter
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.testkit.clock import ManualClock
+from effectguard.ledger import open_ledger
+from effectguard.testkit.clock import ManualClock, SharedClock
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.matrix.kinds import ContractKind, Service, build_setup
 
@@ -41,7 +41,13 @@ _TIMED_OUT = "timed out"
 
 @dataclass(frozen=True, slots=True)
 class ChildRun:
-    """Everything a child needs to rebuild the effect and execute it once."""
+    """Everything a child needs to rebuild the effect and execute it once.
+
+    ``ledger_path`` is what :func:`~effectguard.ledger.open_ledger` takes: a
+    SQLite file or a ``postgresql://`` URL. With ``clock_path`` the child reads
+    the run's :class:`~effectguard.testkit.clock.SharedClock`; without, a
+    manual clock starting at ``now``.
+    """
 
     ledger_path: str
     provider_path: str
@@ -54,6 +60,7 @@ class ChildRun:
     amount_cents: int = 1999
     lease_seconds: float = 30.0
     broken_key: bool = False
+    clock_path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form the helper reads."""
@@ -70,6 +77,7 @@ class ChildRun:
             "amount_cents": self.amount_cents,
             "lease_seconds": self.lease_seconds,
             "broken_key": self.broken_key,
+            "clock_path": self.clock_path,
         }
 
     @classmethod
@@ -91,6 +99,7 @@ class ChildRun:
             amount_cents=int(data["amount_cents"]),
             lease_seconds=float(data["lease_seconds"]),
             broken_key=bool(data["broken_key"]),
+            clock_path=data.get("clock_path"),
         )
 
 
@@ -202,8 +211,8 @@ def _execute(run: ChildRun, error_path: str) -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)  # standard output is the helper's answer channel
-        clock = ManualClock(run.now)
-        ledger = SQLiteEffectLedger(run.ledger_path, clock=clock)
+        clock = ManualClock(run.now) if run.clock_path is None else SharedClock(run.clock_path)
+        ledger = open_ledger(run.ledger_path, clock=clock)
         setup = build_setup(
             run.kind,
             run.service,
