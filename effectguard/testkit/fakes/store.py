@@ -61,7 +61,10 @@ class Store:
             if self.path is None:
                 msg = "a fake store with neither a shared connection nor a path"
                 raise InternalError(msg)
-            conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            # Used by this thread only; closed by close(), possibly from another thread.
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, timeout=30, check_same_thread=False
+            )
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = FULL")
             self._local.conn, self._local.pid = conn, os.getpid()

@@ -16,6 +16,7 @@ Worker and child processes open the ledger from :attr:`target` (a path or a
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import sqlite3
@@ -28,6 +29,8 @@ from effectguard.ledger import EffectLedger, open_ledger
 from effectguard.testkit.tcp_proxy import TcpProxy
 
 __all__ = ["Backend", "PostgresSite", "SQLiteSite", "Site", "open_site"]
+
+_log = logging.getLogger("effectguard.testkit.matrix")
 
 #: How long the faulty handle waits for an unavailable ledger before giving up.
 _IMPATIENT_SECONDS = 0.05
@@ -198,9 +201,12 @@ class PostgresSite:
         self._proxy.close()
         import psycopg  # noqa: PLC0415 - only a PostgreSQL run needs the driver
 
-        with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as admin:
-            # The name is the site's own (letters, digits, underscores), never input.
-            admin.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        try:
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=10) as admin:
+                # The name is the site's own (letters, digits, underscores), never input.
+                admin.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        except psycopg.Error as exc:
+            _log.warning("could not drop the matrix schema %s: %s", self.schema, exc)
 
 
 def _with_schema(url: str, schema: str) -> str:
