@@ -120,13 +120,15 @@ def test_broken_contract_makes_the_matrix_fail_with_exit_1(tmp_path):
 
 
 def test_matrix_prints_no_progress_bar_when_piped():
-    """Output that is not a terminal gets the table and verdict only, no progress bar."""
+    """Piped, stdout gets the table and verdict only; progress is a plain line on stderr."""
     result = CliRunner().invoke(cli, ["matrix", "--episodes", "8", "--seed", "1"])
     assert result.exit_code == 0, result.output
     assert "episodes  [" not in result.output
-    assert result.output.splitlines()[0].startswith("kind")
-    assert result.output.splitlines()[-2].startswith("OK: 8 episodes (seed 1)")
-    assert result.output.splitlines()[-1] == "matrix: 8 passed, 0 failed"
+    assert result.stdout.splitlines()[0].startswith("kind")
+    assert result.stdout.splitlines()[-2].startswith("OK: 8 episodes (seed 1)")
+    assert result.stdout.splitlines()[-1] == "matrix: 8 passed, 0 failed"
+    assert "matrix episodes" not in result.stdout
+    assert result.stderr.splitlines()[-1].startswith("matrix episodes: 8/8 in ")
 
 
 def test_installed_console_script_runs_a_scenario(tmp_path):
