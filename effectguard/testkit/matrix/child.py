@@ -114,16 +114,18 @@ class ChildExit:
 class ChildRunner:
     """A helper process that forks one child per :meth:`run`; use it as a context manager."""
 
-    def __init__(self, *, timeout: float = 60.0) -> None:
+    def __init__(self, *, timeout: float = 60.0, preload: tuple[str, ...] = ()) -> None:
         self.timeout = timeout
+        self.preload = preload
+        """Modules the helper imports before forking, so no child pays for importing them."""
         self._helper: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Self:
         if not hasattr(os, "fork"):
             msg = "crash runs need os.fork() (a POSIX system)"
             raise RuntimeError(msg)
-        self._helper = subprocess.Popen(
-            [sys.executable, "-m", "effectguard.testkit.matrix.helper"],
+        self._helper = subprocess.Popen(  # noqa: S603 - our own module, by this interpreter
+            [sys.executable, "-m", "effectguard.testkit.matrix.helper", *self.preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

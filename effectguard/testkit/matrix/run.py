@@ -112,7 +112,7 @@ def _run(
     results: list[EpisodeResult] = []
     try:
         with (
-            ChildRunner() as children,
+            ChildRunner(preload=site.modules) as children,
             WorkerPool(
                 workers - 1, target=site.target, clock_path=str(clock.path), seed=seed
             ) as pool,

@@ -55,6 +55,8 @@ class Site(Protocol):
     """A run's ledger: where it is, handles on it, and the ledger faults it can make real."""
 
     backend: str
+    modules: tuple[str, ...]
+    """Modules a process opening :attr:`target` imports (a crash helper loads them once)."""
 
     @property
     def target(self) -> str:
@@ -89,6 +91,7 @@ class SQLiteSite:
     """The run's ledger in one SQLite file under ``workdir``."""
 
     backend = Backend.SQLITE
+    modules: tuple[str, ...] = ("effectguard.ledger.sqlite",)
 
     def __init__(self, workdir: Path) -> None:
         self.path = workdir / "ledger.db"
@@ -140,6 +143,7 @@ class PostgresSite:
     """The run's ledger in a schema of its own, dropped by :meth:`close`."""
 
     backend = Backend.POSTGRES
+    modules: tuple[str, ...] = ("effectguard.ledger.postgres",)
 
     def __init__(self, url: str) -> None:
         if not url.startswith(("postgresql://", "postgres://")):
