@@ -26,6 +26,7 @@ from effectguard.cli._reports import (
     write_json,
 )
 from effectguard.cli.bench import bench
+from effectguard.cli.study import study
 from effectguard.errors import EffectGuardError
 from effectguard.testkit.matrix import MatrixReport, run_matrix
 from effectguard.testkit.matrix.site import Backend
@@ -212,6 +213,7 @@ def _verdict(report: MatrixReport, elapsed: float) -> str:
 
 
 cli.add_command(bench)
+cli.add_command(study)
 
 
 def main() -> None:
