@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
@@ -61,6 +61,8 @@ class ChildRun:
     lease_seconds: float = 30.0
     broken_key: bool = False
     clock_path: str | None = None
+    ledger_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword options for :func:`~effectguard.ledger.open_ledger` (``synchronous=`` on SQLite)."""
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form the helper reads."""
@@ -78,6 +80,7 @@ class ChildRun:
             "lease_seconds": self.lease_seconds,
             "broken_key": self.broken_key,
             "clock_path": self.clock_path,
+            "ledger_options": self.ledger_options,
         }
 
     @classmethod
@@ -100,6 +103,7 @@ class ChildRun:
             lease_seconds=float(data["lease_seconds"]),
             broken_key=bool(data["broken_key"]),
             clock_path=data.get("clock_path"),
+            ledger_options=dict(data.get("ledger_options") or {}),
         )
 
 
@@ -214,7 +218,7 @@ def _execute(run: ChildRun, error_path: str) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)  # standard output is the helper's answer channel
         clock = ManualClock(run.now) if run.clock_path is None else SharedClock(run.clock_path)
-        ledger = open_ledger(run.ledger_path, clock=clock)
+        ledger = open_ledger(run.ledger_path, clock=clock, **run.ledger_options)
         setup = build_setup(
             run.kind,
             run.service,

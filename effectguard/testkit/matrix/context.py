@@ -102,6 +102,7 @@ class EpisodeContext:
             lease_seconds=setup.lease_seconds,
             broken_key=setup.broken_key,
             clock_path=str(self.clock.path),
+            ledger_options=self.site.options,
         )
 
     def call_round(self, setup: Setup, run: ChildRun | None, tally: RoundTally) -> EffectStatus:

@@ -217,6 +217,7 @@ def _crash(
             lease_seconds=LEASE_SECONDS,
             broken_key=setup.broken_key,
             clock_path=str(context.clock.path),
+            ledger_options=context.site.options,
         )
     )
     return ended.killed

@@ -194,7 +194,7 @@ class MatrixReport:
             ("total", self.total),
             *((f"  {name}", metrics) for name, metrics in self.crash_points.items()),
             ("  destination-unreachable", self.unreachable),
-            ("  ledger-replaced", self.ledger_replaced),
+            *([("  ledger-replaced", self.ledger_replaced)] if self.backend == "sqlite" else []),
             *((f"  {name}", metrics) for name, metrics in self.ledger_faults.items()),
         ]
         width = max(len(name) for name, _ in rows)

@@ -114,7 +114,11 @@ def _run(
         with (
             ChildRunner(preload=site.modules) as children,
             WorkerPool(
-                workers - 1, target=site.target, clock_path=str(clock.path), seed=seed
+                workers - 1,
+                target=site.target,
+                clock_path=str(clock.path),
+                seed=seed,
+                options=site.options,
             ) as pool,
         ):
             context = EpisodeContext(

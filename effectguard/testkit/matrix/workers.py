@@ -61,12 +61,20 @@ class WorkerAnswer:
 class WorkerPool:
     """``count`` worker processes on one ledger and clock; use it as a context manager."""
 
-    def __init__(self, count: int, *, target: str, clock_path: str, seed: int) -> None:
+    def __init__(
+        self,
+        count: int,
+        *,
+        target: str,
+        clock_path: str,
+        seed: int,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         if count < 0:
             msg = f"a worker pool has >= 0 workers, not {count!r}"
             raise ValueError(msg)
         self.count = count
-        self._arguments = (target, clock_path, str(seed))
+        self._arguments = (target, clock_path, str(seed), json.dumps(options or {}))
         self._workers: list[subprocess.Popen[str]] = []
         self._sent = False
 
@@ -159,10 +167,10 @@ def _read_line(stream: IO[str], timeout: float) -> str:
     return stream.readline()
 
 
-def serve(target: str, clock_path: str, seed: int, index: int) -> None:
+def serve(target: str, clock_path: str, seed: int, options: dict[str, Any], index: int) -> None:
     """A worker: for each request line, execute the operation once and answer how it ended."""
     clock = SharedClock(clock_path)
-    ledger = FenceCounter(open_ledger(target, clock=clock))
+    ledger = FenceCounter(open_ledger(target, clock=clock, **options))
     executor = EffectExecutor(ledger, clock=clock, jitter=seeded_jitter(f"{seed}:worker{index}"))
     try:
         for line in sys.stdin:
