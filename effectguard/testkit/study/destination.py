@@ -32,7 +32,7 @@ class StudyFault(enum.StrEnum):
     LOST_ACK = "lost-ack"
     """The request commits; the answer is lost (the caller sees a timeout)."""
     LATE_COMMIT = "late-commit"
-    """The caller times out first; the request commits only after the caller's next move."""
+    """The caller times out first; the request lands just behind the caller's next move."""
     EVENTUAL_READ = "eventual-read"
     """The answer is lost and the lookup lags: a read right after says "not found"."""
     CRASH_AFTER_COMMIT = "crash-after-commit"
@@ -81,6 +81,7 @@ class Destination:
     """Effects the destination holds: the ground truth."""
     _keys: dict[str, float] = field(default_factory=dict)
     _late: bool = False
+    _late_key: str | None = None
     _pending_reads: int = 0
     _reads_since_commit: int = 0
 
@@ -94,11 +95,11 @@ class Destination:
         first = self.requests == 1
         if self._late:
             self._late = False
-            self._commit(key)  # the held request lands just behind the resend
+            self._commit(self._late_key)  # the held request lands just behind the resend
         if key is not None and self.keyed and self._remembers(key):
             return {"id": key, "replayed": True}
         if first and self.fault is StudyFault.LATE_COMMIT:
-            self._late = True
+            self._late, self._late_key = True, key
             msg = "timed out (the request is still being processed)"
             raise Timeout(msg)
         self._commit(key)
@@ -116,11 +117,20 @@ class Destination:
         return {"id": key or f"effect-{self.committed}", "replayed": False}
 
     def find(self) -> str:
-        """Look the effect up: ``"found"``, ``"pending"`` or ``"missing"`` (as the lookup sees)."""
+        """Look the effect up: ``"found"``, ``"pending"`` or ``"missing"`` (as the lookup sees).
+
+        A late request lands just after the first read that follows the timeout:
+        a strong lookup knows it is in flight ("pending"), an eventual one says
+        "missing"; later reads can see it.
+        """
         self.lookups += 1
         if self.lookup is Lookup.NONE:
             msg = "this destination has no lookup"
             raise LookupError(msg)
+        if self._late:
+            self._late = False
+            self._commit(self._late_key)
+            return "pending" if self.lookup is Lookup.STRONG else "missing"
         if self._pending_reads > 0:
             self._pending_reads -= 1
             return "pending"
@@ -136,7 +146,7 @@ class Destination:
         """The end of the episode: a request still held commits now."""
         if self._late:
             self._late = False
-            self._commit(None)
+            self._commit(self._late_key)
 
     def _remembers(self, key: str) -> bool:
         seen = self._keys.get(key)
