@@ -52,14 +52,18 @@ def _destination(fault: StudyFault, *, keyed: bool, lookup: Lookup, clock: Manua
 
 
 def test_a_late_commit_lands_behind_a_verified_resend():
-    """Verify reads "missing" after the timeout, resends, and the held request lands too."""
+    """An eventual read says "missing" after the timeout; verify resends; both land."""
     clock = ManualClock(0.0)
     destination = _destination(
-        StudyFault.LATE_COMMIT, keyed=False, lookup=Lookup.STRONG, clock=clock
+        StudyFault.LATE_COMMIT, keyed=False, lookup=Lookup.EVENTUAL, clock=clock
     )
     call(Strategy.VERIFY, destination, Subject("op", "key"))
     destination.settle()
     assert destination.committed == 2
+    strong = _destination(StudyFault.LATE_COMMIT, keyed=False, lookup=Lookup.STRONG, clock=clock)
+    call(Strategy.VERIFY, strong, Subject("op", "key"))  # the read sees it in flight
+    strong.settle()
+    assert strong.committed == 1
 
 
 def test_a_key_older_than_the_retention_window_is_forgotten():
