@@ -56,6 +56,7 @@ class EpisodeContext:
     workers: WorkerPool
     workdir: Path
     faulty: FenceCounter
+    patient: FenceCounter
     broken_contract: bool = False
     jitter: Jitter = field(default_factory=lambda: seeded_jitter(0))
     ignore_ledger_refusal: bool = False
@@ -75,9 +76,14 @@ class EpisodeContext:
         return EffectExecutor(self.faulty, clock=self.clock, jitter=self.jitter)
 
     @property
+    def patient_executor(self) -> EffectExecutor:
+        """An executor on the handle whose commits' acknowledgements a fault loses."""
+        return EffectExecutor(self.patient, clock=self.clock, jitter=self.jitter)
+
+    @property
     def fenced(self) -> int:
         """Fenced-out writes of this process's calls so far."""
-        return self.counter.fenced + self.faulty.fenced
+        return self.counter.fenced + self.faulty.fenced + self.patient.fenced
 
     @property
     def shares_providers(self) -> bool:

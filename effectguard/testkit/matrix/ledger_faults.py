@@ -105,7 +105,7 @@ def _lost_ack(fault: LedgerFault, setup: Setup, context: EpisodeContext) -> Ledg
     lost_before = site.replies_lost()
     refused = False
     try:
-        context.faulty_executor.execute(setup.contract, setup.arguments, handler)
+        context.patient_executor.execute(setup.contract, setup.arguments, handler)
     except LedgerUnavailableError:
         refused = True
     finally:

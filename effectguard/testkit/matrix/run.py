@@ -109,6 +109,7 @@ def _run(
     clock = SharedClock.create(workdir / "clock", _EPOCH)
     ledger = site.open(clock)
     faulty = FenceCounter(site.open_faulty(clock))
+    patient = FenceCounter(site.open_faulty(clock, patient=True))
     results: list[EpisodeResult] = []
     try:
         with (
@@ -129,6 +130,7 @@ def _run(
                 pool,
                 workdir,
                 faulty,
+                patient,
                 broken_contract,
                 seeded_jitter(seed),
                 ignore_ledger_refusal=ignore_ledger_refusal,
@@ -140,6 +142,7 @@ def _run(
         verified = ledger.verify().ok
     finally:
         faulty.close()
+        patient.close()
         ledger.close()
         clock.close()
     return results, verified

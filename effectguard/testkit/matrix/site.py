@@ -67,8 +67,12 @@ class Site(Protocol):
     def open(self, clock: Clock) -> EffectLedger:
         """A handle for the run's own calls."""
 
-    def open_faulty(self, clock: Clock) -> EffectLedger:
-        """A handle whose calls a fault can break (short waits, through the proxy)."""
+    def open_faulty(self, clock: Clock, *, patient: bool = False) -> EffectLedger:
+        """A handle whose calls a fault can break (through the proxy; short waits unless patient).
+
+        A patient handle waits as long as an ordinary one: a lost acknowledgement
+        must be recognised however slowly the server answers the read-back.
+        """
 
     def make_unavailable(self) -> None:
         """From now on, the faulty handle's writes fail with a ledger error."""
@@ -112,8 +116,10 @@ class SQLiteSite:
         """See :meth:`Site.open`."""
         return open_ledger(self.path, clock=clock, **self.options)
 
-    def open_faulty(self, clock: Clock) -> EffectLedger:
+    def open_faulty(self, clock: Clock, *, patient: bool = False) -> EffectLedger:
         """See :meth:`Site.open_faulty`: busy for longer than a moment is unavailable."""
+        if patient:
+            return self.open(clock)
         return open_ledger(self.path, clock=clock, busy_timeout=_IMPATIENT_SECONDS, **self.options)
 
     def make_unavailable(self) -> None:
@@ -172,14 +178,13 @@ class PostgresSite:
         self._handles.append(ledger)
         return ledger
 
-    def open_faulty(self, clock: Clock) -> EffectLedger:
-        """See :meth:`Site.open_faulty`: through the proxy, one connection, short waits."""
-        ledger = open_ledger(
-            _with_schema(self._proxied, self.schema),
-            clock=clock,
-            pool_size=1,
-            timeout=_POSTGRES_TIMEOUT,
-        )
+    def open_faulty(self, clock: Clock, *, patient: bool = False) -> EffectLedger:
+        """See :meth:`Site.open_faulty`: through the proxy, one connection."""
+        target = _with_schema(self._proxied, self.schema)
+        if patient:
+            ledger = open_ledger(target, clock=clock, pool_size=1)
+        else:
+            ledger = open_ledger(target, clock=clock, pool_size=1, timeout=_POSTGRES_TIMEOUT)
         self._handles.append(ledger)
         return ledger
 
