@@ -61,6 +61,10 @@ def test_readme_and_every_document_are_covered():
 #: Modules a user may import: the README's, docs' and recipes' code uses no others.
 PUBLIC_MODULES = {
     "effectguard",
+    "effectguard.adapters",
+    "effectguard.adapters.langgraph",
+    "effectguard.adapters.mcp",
+    "effectguard.adapters.openai_agents",
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",

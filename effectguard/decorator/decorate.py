@@ -36,7 +36,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 import wrapt
 
-from effectguard.config import use_executor
+from effectguard.config import resolve_executor, use_executor
 from effectguard.contract import (
     DEFAULT_MAX_OUTPUT_BYTES,
     Arguments,
@@ -56,8 +56,10 @@ __all__ = [
     "EffectDecorator",
     "EffectFunction",
     "effect",
+    "executor_of",
     "get_contract",
     "is_effect",
+    "operation_id_of",
     "use_executor",
 ]
 
@@ -343,3 +345,35 @@ def get_contract(obj: object) -> EffectContract | None:
 def is_effect(obj: object) -> bool:
     """True when ``obj`` is a decorated tool, however it was reached (see :func:`get_contract`)."""
     return _find(obj) is not None
+
+
+def _tool_of(obj: object, needed_by: str) -> tuple[Tool, object | None]:
+    """Return ``obj``'s tool and the instance it is bound to; TypeError when not decorated."""
+    found = _find(obj)
+    if found is None:
+        msg = f"{needed_by} needs a function decorated with @effect, not {obj!r}"
+        raise TypeError(msg)
+    instance = obj._self_instance if isinstance(obj, _BoundEffectWrapper) else None  # noqa: SLF001 - wrapt keeps a proxy's state in its _self_ attributes
+    return found, instance
+
+
+def executor_of(obj: object) -> EffectExecutor:
+    """Return the executor a call of the decorated tool ``obj`` would run on now.
+
+    The same choice a call makes (``@effect(executor=...)``, else the one lent
+    by a runtime, else :func:`effectguard.configure`'s); raises
+    :class:`~effectguard.ConfigurationError` naming the three when there is none.
+    """
+    tool, _ = _tool_of(obj, "executor_of()")
+    return resolve_executor(tool.executor, tool.contract.name)
+
+
+def operation_id_of(obj: object, /, *args: Any, **kwargs: Any) -> str:
+    """Return the operation id a call of ``obj`` with these arguments would have, now.
+
+    Computed as the call computes it, under the active call scope, without
+    recording or sending anything; raises what the call would for arguments
+    that do not fit the signature (``TypeError``) or a missing scope.
+    """
+    tool, instance = _tool_of(obj, "operation_id_of()")
+    return tool.contract.operation_id(tool.shape.bind(instance, args, kwargs))
