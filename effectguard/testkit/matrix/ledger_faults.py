@@ -23,6 +23,7 @@ Whatever happens, the matrix's invariants are judged by the provider's count.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +36,11 @@ from effectguard.testkit.matrix.kinds import Setup
 from effectguard.testkit.matrix.site import CLAIM_MARKER, OUTCOME_MARKER
 
 __all__ = ["EXPECTED", "LedgerFaultOutcome", "play"]
+
+#: How long the faulty handle may take to answer again before a fault is played on it.
+_READY_SECONDS = 30.0
+#: An operation id no episode uses: reading it checks the handle, and changes nothing.
+_WARM_UP = "effectguard-matrix:ready"
 
 #: The outcome each ledger fault must have; an episode that misses it fails the report.
 EXPECTED = {
@@ -66,8 +72,27 @@ def play(fault: LedgerFault, setup: Setup, context: EpisodeContext) -> LedgerFau
     raise InternalError(msg)
 
 
+def _ready(context: EpisodeContext) -> None:
+    """Wait until the faulty handle answers again (its pool reconnects after the last outage).
+
+    A refusal before the fault is switched on would be the harness's own
+    slowness under load, not the fault's outcome.
+    """
+    deadline = time.monotonic() + _READY_SECONDS
+    while True:
+        try:
+            context.faulty.get(_WARM_UP)
+        except LedgerUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+        else:
+            return
+
+
 def _unavailable(fault: LedgerFault, setup: Setup, context: EpisodeContext) -> LedgerFaultOutcome:
     site = context.site
+    _ready(context)
     before = setup.provider.attempts()
     handler = setup.handler
     if fault is LedgerFault.UNAVAILABLE_AT_CLAIM:
