@@ -137,6 +137,7 @@ class Connections:
         if not prepared_statements:
             # A transaction-pooling PgBouncer before 1.21 cannot carry them between sessions.
             self._kwargs["prepare_threshold"] = None
+        self._prepared = prepared_statements
         if "connect_timeout" not in _parse(conninfo):
             self._kwargs["connect_timeout"] = max(2, round(timeout))
         self._lock = threading.Lock()
@@ -175,8 +176,16 @@ class Connections:
         # a server whose default is synchronous_commit=off.
         conn.execute(
             "SET TIME ZONE 'UTC'; SELECT set_config('synchronous_commit', 'on', false)"
-            " WHERE current_setting('synchronous_commit') = 'off'"
+            " WHERE current_setting('synchronous_commit') = 'off'",
+            prepare=False,
         )
+
+    def _configure_pooled(self, conn: Connection) -> None:
+        self._configure(conn)
+        if self._prepared:
+            # A pooled connection runs a handful of statement texts thousands of times:
+            # prepared on first use, every later run skips parsing and planning.
+            conn.prepare_threshold = 0
 
     @contextlib.contextmanager
     def direct(self) -> Iterator[Connection]:
@@ -207,7 +216,7 @@ class Connections:
                         min_size=1,
                         max_size=self.pool_size,
                         timeout=self.timeout,
-                        configure=self._configure,
+                        configure=self._configure_pooled,
                         name=_POOL_NAME,
                         open=True,
                     )
