@@ -131,7 +131,7 @@ class TcpProxy:
         tail = b""
         try:
             while data := pair.upstream.recv(65536):
-                # The last bytes before this chunk cannot hold a whole ReadyForQuery: no double count.
+                # The bytes kept from the last chunk cannot hold a whole ReadyForQuery.
                 window = tail + data
                 tail = window[-(len(_READY_FOR_QUERY) - 1) :]
                 finished = window.count(_READY_FOR_QUERY)

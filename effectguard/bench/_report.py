@@ -200,7 +200,8 @@ class BenchReport:
             (
                 (
                     f"guarded call ({calls['commits_per_call']:g} commits, "
-                    f"{calls['reads_per_call']:g} read{'' if calls['reads_per_call'] == 1 else 's'})"
+                    f"{calls['reads_per_call']:g} "
+                    f"read{'' if calls['reads_per_call'] == 1 else 's'})"
                 ),
                 self.guarded,
             ),

@@ -209,7 +209,8 @@ def shards_of(head: AnchorHead) -> tuple[AnchorHead, ...] | None:
     shards = []
     for start in range(0, len(running), _SHARD_HEAD):
         count = int.from_bytes(running[start : start + 8], "big")
-        shards.append(AnchorHead(count, running[start + 8 : start + _SHARD_HEAD] if count else START))
+        hashed = running[start + 8 : start + _SHARD_HEAD] if count else START
+        shards.append(AnchorHead(count, hashed))
     return tuple(shards)
 
 

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from effectguard.ledger import chain, committed
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, NewOperation
+from effectguard.ledger.reader import READER_ORDER, record_reader
 from effectguard.ledger.values import Kind, as_utc, dumper, loader, same_micros, status
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord
 
@@ -120,11 +121,18 @@ if tuple(c.field for c in OPERATION_COLUMNS) != tuple(
 ) or tuple(c.field for c in EVENT_COLUMNS) != _EVENT_FIELDS:
     _msg = "ledger schema columns are out of step with OperationRecord / EffectEvent fields"
     raise TypeError(_msg)
-_LIVE_AT = _RECORD_FIELDS.index("lease_live")
 # Where an unreadable event's identity is salvaged from.
 _EVENT_ID, _EVENT_SEQ, _EVENT_HASH = (
     _EVENT_FIELDS.index(name) for name in ("operation_id", "seq", "hash")
 )
+
+
+if (
+    tuple((c.field, c.kind) for c in OPERATION_COLUMNS) != READER_ORDER
+    or _RECORD_FIELDS.index("lease_live") != READER_ORDER.index(("overlap", Kind.OVERLAP))
+):
+    _msg = "ledger schema columns are out of step with the record reader"
+    raise TypeError(_msg)
 
 
 class Version(NamedTuple):
@@ -157,7 +165,7 @@ class Rows:
         self.event_columns = tuple(c.name_in(backend) for c in EVENT_COLUMNS)
         self.store_time = store_time
         self._by_field = {c.field: c.name_in(backend) for c in OPERATION_COLUMNS}
-        self._load = tuple(loader(c.kind, load_time) for c in OPERATION_COLUMNS)
+        self._read = record_reader(load_time)
         self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
         self._load_event = tuple(loader(c.kind, load_time) for c in EVENT_COLUMNS)
@@ -189,13 +197,7 @@ class Rows:
 
     def record(self, row: Sequence[Any], now: Any) -> OperationRecord:
         """Return the operation in ``row``, its lease judged live or not at ``now``."""
-        values = [
-            value if load is None else load(value)
-            for load, value in zip(self._load, row, strict=True)
-        ]
-        token, expires = row[self._token], row[self._expires]
-        values.insert(_LIVE_AT, token is not None and expires is not None and expires > now)
-        return OperationRecord(*values)
+        return self._read(row, now)
 
     def event(self, row: Sequence[Any]) -> EffectEvent:
         """Return the event in ``row``."""

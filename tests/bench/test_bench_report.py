@@ -118,8 +118,10 @@ def test_the_json_report_has_the_documented_shape(backend: str, report: dict[str
 
 
 def test_a_guarded_call_takes_two_commits_and_a_replay_none(report: dict[str, Any]):
-    """The report counts the ledger's work: 2 commits per call (+ 1 read on SQLite; PostgreSQL's
-    claim is its read), 1 read per replay."""
+    """The report counts the ledger's work: 2 commits per call, 1 read per replay.
+
+    A call also reads once first on SQLite; on PostgreSQL its claim is that read.
+    """
     guarded, replay = report["guarded_call"], report["replay"]
     reads = 0.0 if report["backend"] == "postgres" else 1.0
     assert (guarded["commits_per_call"], guarded["reads_per_call"]) == (2.0, reads)

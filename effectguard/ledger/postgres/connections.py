@@ -137,7 +137,6 @@ class Connections:
         if not prepared_statements:
             # A transaction-pooling PgBouncer before 1.21 cannot carry them between sessions.
             self._kwargs["prepare_threshold"] = None
-        self._prepared = prepared_statements
         if "connect_timeout" not in _parse(conninfo):
             self._kwargs["connect_timeout"] = max(2, round(timeout))
         self._lock = threading.Lock()
@@ -176,16 +175,8 @@ class Connections:
         # a server whose default is synchronous_commit=off.
         conn.execute(
             "SET TIME ZONE 'UTC'; SELECT set_config('synchronous_commit', 'on', false)"
-            " WHERE current_setting('synchronous_commit') = 'off'",
-            prepare=False,
+            " WHERE current_setting('synchronous_commit') = 'off'"
         )
-
-    def _configure_pooled(self, conn: Connection) -> None:
-        self._configure(conn)
-        if self._prepared:
-            # A pooled connection runs a handful of statement texts thousands of times:
-            # prepared on first use, every later run skips parsing and planning.
-            conn.prepare_threshold = 0
 
     @contextlib.contextmanager
     def direct(self) -> Iterator[Connection]:
@@ -216,7 +207,7 @@ class Connections:
                         min_size=1,
                         max_size=self.pool_size,
                         timeout=self.timeout,
-                        configure=self._configure_pooled,
+                        configure=self._configure,
                         name=_POOL_NAME,
                         open=True,
                     )

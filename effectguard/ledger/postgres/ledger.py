@@ -345,7 +345,9 @@ class PostgresEffectLedger(OperatorResolution):
         lost = False
         for _ in range(_WRITE_ROUNDS):
             try:
-                row, moment = self._db.run(functools.partial(self._insert, operation, events, given, skew))
+                row, moment = self._db.run(
+                    functools.partial(self._insert, operation, events, given, skew)
+                )
             except ConnectionLost:
                 lost = True
                 existing, _ = self._read_back(operation_id, now)

@@ -45,7 +45,11 @@ from effectguard.ledger.sqlite.files import (
     FileIdentity,
 )
 from effectguard.ledger.sqlite.handle import Connection, LedgerFile
-from effectguard.ledger.sqlite.migrations import SCHEMA_VERSION
+from effectguard.ledger.sqlite.migrations import (
+    ATTENTION_STATUSES,
+    NEEDING_ATTENTION,
+    SCHEMA_VERSION,
+)
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -272,6 +276,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
         if status is not None:
             clauses.append("status = ?")
             params.append(EffectStatus(status).value)
+            if params[-1] in ATTENTION_STATUSES:
+                clauses.append(NEEDING_ATTENTION)  # read from migration 4's index alone
         if contract is not None:
             clauses.append("contract = ?")
             params.append(contract)
