@@ -3,7 +3,11 @@
 **Claims.** One ``INSERT … ON CONFLICT DO NOTHING`` that also inserts the
 PREPARED and DISPATCHED events (a data-modifying CTE, in autocommit): of any
 number of racing claimants on any hosts exactly one creates the row, and the
-row and its events are committed, durably, when that statement returns.
+row and its events are committed, durably, when that statement returns. The
+same statement returns the row it found when the id is taken (writing
+nothing), so a claim is also a call's first read (``claims_first``). Each
+claim appends to one of the claims anchor's 16 shards, the first whose head
+no other uncommitted claim holds, so claims do not queue on one row lock.
 
 **Every later write is optimistic.** The writer reads the row (its event count
 and chain head, and the server's time, in one round trip), checks its
@@ -25,8 +29,10 @@ operation less than a second ago starts from that view instead of reading:
 the row as it was then, and the server's time then plus the time elapsed
 here (:mod:`effectguard.ledger.postgres.recent`). The conditional statement
 makes a stale view harmless (it changes nothing and the write reads and
-retries as above), so a guarded call (read, claim, outcome) takes three
-round trips instead of five.
+retries as above), so a guarded call (claim, outcome) takes two round trips.
+A claim has no row to start from, only the server's time: it uses the last
+time any statement reported plus the time elapsed here, which the claim
+statement refuses when it is more than 0.5 s off the server's clock.
 
 **Time.** Without an explicit ``now`` (or a ``clock=``), the database server's
 clock is the ledger's clock: the time read with the row (or, within a second
