@@ -43,7 +43,9 @@ def test_a_fresh_call_takes_two_round_trips_and_a_replay_one(
     contract = capture_contract(provider, guaranteed=True)
     target = with_schema(proxied, postgres_schemas())
     try:
-        with open_ledger(target) as ledger:
+        # One connection each: a pool that grew in the background would add its own
+        # connection's set-up to the count.
+        with open_ledger(target, pool_size=1) as ledger:
             executor = EffectExecutor(ledger)
             # The first call opens the pool and learns the server's clock; psycopg prepares
             # each statement on the server at its 5th run (one more round trip, once).
@@ -58,7 +60,8 @@ def test_a_fresh_call_takes_two_round_trips_and_a_replay_one(
                 outputs[number] = result.output
             assert costs == [2] * 5
             assert len(provider.effects()) == 12
-            with open_ledger(target) as other:  # another process: nothing cached, nothing seen
+            # Another process: nothing cached, nothing seen.
+            with open_ledger(target, pool_size=1) as other:
                 replaying = EffectExecutor(other)
                 for number in range(100, 107):  # warm, as above
                     replaying.execute(contract, arguments(number), provider.handler)
