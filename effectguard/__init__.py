@@ -63,6 +63,11 @@ _EXPORTS: dict[str, str] = {
     "Configuration": "effectguard.config",
     "configure": "effectguard.config",
     "observe_effects": "effectguard.config",
+    # Recovery: re-probing what was left uncertain, and finding the tools that can.
+    "RecoveryReport": "effectguard.recovery",
+    "recover": "effectguard.recovery",
+    "ToolIndex": "effectguard.decorator.discovery",
+    "load_tools": "effectguard.decorator.discovery",
     # Operation ids from the calling context.
     "CallScope": "effectguard.scope",
     "call_scope": "effectguard.scope",
@@ -133,6 +138,8 @@ if TYPE_CHECKING:
     from effectguard.decorator import get_contract as get_contract
     from effectguard.decorator import is_effect as is_effect
     from effectguard.decorator import use_executor as use_executor
+    from effectguard.decorator.discovery import ToolIndex as ToolIndex
+    from effectguard.decorator.discovery import load_tools as load_tools
     from effectguard.errors import ConfigurationError as ConfigurationError
     from effectguard.errors import EffectGuardError as EffectGuardError
     from effectguard.errors import EffectInProgress as EffectInProgress
@@ -172,6 +179,8 @@ if TYPE_CHECKING:
     from effectguard.model import ProbeStatus as ProbeStatus
     from effectguard.model import VerifyProblem as VerifyProblem
     from effectguard.model import VerifyReport as VerifyReport
+    from effectguard.recovery import RecoveryReport as RecoveryReport
+    from effectguard.recovery import recover as recover
     from effectguard.scope import CallScope as CallScope
     from effectguard.scope import call_scope as call_scope
     from effectguard.scope import call_scoped as call_scoped

@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
+#: How long restoring a configuration waits for its start-up recovery sweep to stop.
+_RECOVERY_JOIN_SECONDS = 30.0
 _default: EffectExecutor | None = None
 _stack: list[Configuration] = []
 _lent: contextvars.ContextVar[EffectExecutor | None] = contextvars.ContextVar(
@@ -90,15 +92,21 @@ class Configuration:
     makes the most recent one still in place the default again, in any order.
     """
 
-    def __init__(self, executor: EffectExecutor, *, owns_ledger: bool) -> None:
+    def __init__(
+        self, executor: EffectExecutor, *, owns_ledger: bool, telemetry: Any = None
+    ) -> None:
         self.executor = executor
         self._owns_ledger = owns_ledger
+        #: The :class:`effectguard.otel.Instrumentation` of ``configure(telemetry=True)``, or None.
+        self.telemetry = telemetry
+        self.recovery: threading.Thread | None = None
+        self._recoverer: Any = None
 
     def __repr__(self) -> str:
         return f"Configuration({self.executor!r})"
 
     def restore(self) -> None:
-        """Withdraw this default, and close the ledger :func:`configure` opened for it.
+        """Withdraw this default, its telemetry, and close the ledger :func:`configure` opened.
 
         Restoring twice does nothing more.
         """
@@ -108,6 +116,12 @@ class Configuration:
                 return
             _stack.remove(self)
             _default = _stack[-1].executor if _stack else None
+        if self.telemetry is not None:
+            self.telemetry.uninstrument()
+        if self.recovery is not None:
+            # The sweep stops before its next operation; a probe under way finishes first.
+            self._recoverer.stopped.set()
+            self.recovery.join(_RECOVERY_JOIN_SECONDS)
         if self._owns_ledger:
             self.executor.ledger.close()
 
@@ -132,6 +146,9 @@ def configure(
     retry_wait_initial: float | None = None,
     retry_wait_max: float | None = None,
     deadline: float | None = None,
+    telemetry: bool = False,
+    recover_on_start: bool = False,
+    recover_tools: str | Sequence[object] | None = None,
 ) -> Configuration:
     """Set the executor every decorated tool uses when none is given or lent.
 
@@ -145,6 +162,14 @@ def configure(
     unknown URL scheme, a missing directory) is refused here. The returned
     :class:`Configuration` restores the previous default when used as a
     context manager or when :meth:`Configuration.restore` is called.
+    ``telemetry=True`` reports this executor's calls to OpenTelemetry's global
+    providers (:func:`effectguard.otel.instrument`; needs the ``otel`` extra).
+
+    With ``recover_on_start=True`` one recovery sweep (:func:`effectguard.recover`)
+    runs in a background thread, so it never delays the first call: every
+    uncertain operation nobody holds is re-probed, never dispatched. Its
+    probes come from ``recover_tools`` (module names or tools), else from
+    every tool decorated in this process by the time the thread starts.
     """
     global _default  # noqa: PLW0603 - the process default is process-wide by definition
     waits = {
@@ -167,11 +192,39 @@ def configure(
             msg = "configure() got neither ledger= nor executor= past its check"
             raise InternalError(msg)
         executor, owns_ledger = _executor_for(ledger, clock, wait_for_peer, waits)
-    configuration = Configuration(executor, owns_ledger=owns_ledger)
+    instrumentation = _instrument(executor, owns_ledger=owns_ledger) if telemetry else None
+    configuration = Configuration(executor, owns_ledger=owns_ledger, telemetry=instrumentation)
     with _lock:
         _stack.append(configuration)
         _default = executor
+    if recover_on_start:
+        _start_recovery(configuration, recover_tools)
     return configuration
+
+
+def _instrument(executor: EffectExecutor, *, owns_ledger: bool) -> Any:
+    """Turn telemetry on for ``executor``; without the ``otel`` extra, a clear error.
+
+    The telemetry package is imported here only, so nothing imports
+    OpenTelemetry unless telemetry was asked for.
+    """
+    try:
+        from effectguard.otel import instrument  # noqa: PLC0415 - only when asked for
+    except ImportError as exc:
+        if owns_ledger:
+            executor.ledger.close()
+        msg = f"configure(telemetry=True): {exc}"
+        raise ConfigurationError(msg) from exc
+    return instrument(executor)
+
+
+def _start_recovery(configuration: Configuration, tools: str | Sequence[object] | None) -> None:
+    """Run the start-up recovery sweep of ``configuration``'s ledger in the background."""
+    from effectguard.recovery import start_recovery  # noqa: PLC0415 - loaded only when asked for
+
+    configuration.recovery, configuration._recoverer = start_recovery(  # noqa: SLF001 - set once, here
+        configuration.executor.ledger, tools
+    )
 
 
 def _refuse_executor_options(executor: EffectExecutor, given: Mapping[str, object]) -> None:

@@ -209,6 +209,8 @@ def request_fingerprint(
     arguments: Mapping[str, Any],
     provider_key: str | None,
     redact: Iterable[str] = (),
+    *,
+    checked: bool = False,
 ) -> str:
     """Return the sha256 fingerprint of one logical request.
 
@@ -216,7 +218,9 @@ def request_fingerprint(
     and version, pass equal arguments and forward the same provider key. A
     redacted argument takes part through the hash of its canonical JSON, so a
     changed secret still changes the fingerprint while the secret itself appears
-    nowhere in what is stored.
+    nowhere in what is stored. ``checked=True`` says ``arguments`` already
+    passed :func:`check_json_value`: they are not walked again (the result and
+    any error are the same).
     """
     names = frozenset(redact)
     hashed = {
@@ -229,4 +233,9 @@ def request_fingerprint(
         "provider_key": provider_key,
         "version": contract_version,
     }
+    if checked:
+        try:
+            return _sha256_hex(_ENCODER.encode(document))
+        except (TypeError, ValueError):  # a key or name with no UTF-8 form: say which, below
+            pass
     return _sha256_hex(canonical_json(document))

@@ -85,6 +85,7 @@ class EventType(enum.StrEnum):
     REJECTED = "rejected"
     OUTCOME_UNKNOWN = "outcome_unknown"
     LEASE_EXPIRED = "lease_expired"
+    OWNER_GONE = "owner_gone"
     RECONCILING = "reconciling"
     RETRY = "retry"
     NOT_SENT = "not_sent"
@@ -93,6 +94,7 @@ class EventType(enum.StrEnum):
     OPERATOR_CONFIRMED = "operator_confirmed"
     OPERATOR_REJECTED = "operator_rejected"
     OPERATOR_RETRY_AUTHORIZED = "operator_retry_authorized"
+    REPROBED = "reprobed"
 
 
 @dataclass(frozen=True, slots=True)

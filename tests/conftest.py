@@ -37,12 +37,26 @@ def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
     report = outcome.get_result()
     if not report.skipped:
         return
+    _fold_postgres_skip(report)
     if postgres_required() and item.get_closest_marker("postgres"):
         report.outcome = "failed"
         report.longrepr = f"skipped, but {REQUIRE_POSTGRES}=1 is set: {report.longrepr}"
     elif extras_required():
         report.outcome = "failed"
         report.longrepr = f"skipped, but {REQUIRE_EXTRAS}=1 is set: {report.longrepr}"
+
+
+#: Where every "no PostgreSQL" skip is reported from, so ``-ra`` folds them into one line.
+_POSTGRES_SKIP_HOME = str(Path(__file__).resolve())
+
+
+def _fold_postgres_skip(report: pytest.TestReport) -> None:
+    """Report a skip for want of PostgreSQL from one place: one ``-ra`` line, not hundreds."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        reason = str(longrepr[2])
+        if reason.startswith("Skipped: PostgreSQL tests skipped"):
+            report.longrepr = (_POSTGRES_SKIP_HOME, 0, reason)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

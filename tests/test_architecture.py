@@ -17,7 +17,10 @@ MAP = ROOT / "docs" / "architecture.md"
 
 CORE_MODULES = ("errors", "model", "contract", "codec", "config", "fingerprint")
 CORE = ("decorator", "executor", "ledger", *CORE_MODULES)
-BUILT_ON_THE_CORE = ("runtime", "cli", "testkit", "bench")
+BUILT_ON_THE_CORE = ("runtime", "cli", "testkit", "bench", "adapters")
+
+#: Agent frameworks: only their adapter (effectguard/adapters/) may import one.
+FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "agents", "mcp")
 
 
 def _modules() -> dict[str, Path]:
@@ -86,6 +89,18 @@ def test_the_core_imports_nothing_built_on_it():
     assert _offences(CORE, BUILT_ON_THE_CORE) == {}
 
 
+def test_the_core_never_imports_telemetry_but_from_configure():
+    """OpenTelemetry stays out of the core: only config.py names otel/, and only in a function."""
+    assert _offences(CORE, ("otel",)) == {
+        "effectguard.config": ["effectguard.otel", "effectguard.otel.instrument"]
+    }
+    tree = ast.parse(MODULES["effectguard.config"].read_text(encoding="utf-8"))
+    top_level = {
+        node.module for node in tree.body if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert "effectguard.otel" not in top_level
+
+
 def test_the_executor_sees_the_ledger_only_through_its_protocol():
     """The executor imports no decorator, no config and no ledger backend."""
     forbidden = ("decorator", "config", "ledger.sqlite", "ledger.postgres")
@@ -101,6 +116,33 @@ def test_the_bottom_layer_imports_nothing_above_it():
     """model, errors and fingerprint import only each other."""
     above = ("decorator", "executor", "ledger", "contract", "codec", "config", *BUILT_ON_THE_CORE)
     assert _offences(("model", "errors", "fingerprint"), above) == {}
+
+
+def test_adapters_use_the_public_api_and_the_core_only():
+    """An adapter imports no runtime, CLI, testkit or bench: it is built on the core alone."""
+    assert _offences(("adapters",), ("runtime", "cli", "testkit", "bench")) == {}
+
+
+def _framework_imports(path: Path) -> list[str]:
+    """The top-level names of the agent frameworks ``path`` imports, at any depth."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return sorted(found.intersection(FRAMEWORKS))
+
+
+def test_only_an_adapter_module_imports_a_framework():
+    """The core, runtime, CLIs and the adapters' shared module never import an agent framework."""
+    offences = {
+        name: _framework_imports(path)
+        for name, path in MODULES.items()
+        if not (name.startswith("effectguard.adapters.") and name != "effectguard.adapters._common")
+        and _framework_imports(path)
+    }
+    assert offences == {}
 
 
 def test_the_import_reader_sees_relative_and_function_level_imports(tmp_path: Path):

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from extras_support import import_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -32,11 +33,20 @@ def _documents_with_code() -> list[Path]:
 #: Documents whose examples need a PostgreSQL ledger: they read its URL from the
 #: environment, as a deployment would, and get a fresh schema of the test server.
 NEEDS_POSTGRES = {"postgres.md"}
+#: Documents whose examples need an optional extra: (a module it brings, the extra).
+#: Documents whose examples import an optional extra, as (module, extra) pairs: without it
+#: the document's test skips on a user's machine, and fails in CI (``import_extra``).
+NEEDS_EXTRAS = {
+    "adapters.md": [("pydantic_ai", "pydantic-ai")],
+    "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
+}
 
 
 @pytest.mark.parametrize("document", _documents_with_code(), ids=lambda p: p.name)
 def test_python_blocks_run(document: Path, tmp_path: Path, request: pytest.FixtureRequest):
     """The document's Python blocks execute without error, in order."""
+    for module, extra in NEEDS_EXTRAS.get(document.name, []):
+        import_extra(module, extra)
     blocks = BLOCK.findall(document.read_text(encoding="utf-8"))
     env = dict(os.environ)
     if document.name in NEEDS_POSTGRES:
@@ -61,9 +71,15 @@ def test_readme_and_every_document_are_covered():
 #: Modules a user may import: the README's, docs' and recipes' code uses no others.
 PUBLIC_MODULES = {
     "effectguard",
+    "effectguard.adapters",
+    "effectguard.adapters.langgraph",
+    "effectguard.adapters.mcp",
+    "effectguard.adapters.openai_agents",
+    "effectguard.adapters.pydantic_ai",
     "effectguard.bench",
     "effectguard.fingerprint",
     "effectguard.ledger",
+    "effectguard.otel",
     "effectguard.runtime",
     "effectguard.testkit",
     # The testkit's documented submodules (see its package docstring).

@@ -65,6 +65,8 @@ EXPORTED = {
     ),
     **dict.fromkeys(["CallScope", "call_scope", "call_scoped"], "effectguard.scope"),
     **dict.fromkeys(["Configuration", "configure", "observe_effects"], "effectguard.config"),
+    **dict.fromkeys(["RecoveryReport", "recover"], "effectguard.recovery"),
+    **dict.fromkeys(["ToolIndex", "load_tools"], "effectguard.decorator.discovery"),
     **dict.fromkeys(
         ["EffectContract", "OutputCodec", "UnknownOutcomePolicy"], "effectguard.contract"
     ),

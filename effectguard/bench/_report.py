@@ -65,6 +65,8 @@ class BenchReport:
     startup: Comparison
     seconds: float
     asyncio: AsyncThroughput
+    #: Instrumented vs not, fresh then replayed; None without the ``otel`` extra.
+    telemetry: tuple[Comparison, Comparison] | None = None
 
     @property
     def lock_errors(self) -> int:
@@ -178,6 +180,11 @@ class BenchReport:
             "asyncio": self.asyncio.to_json(),
             "large_ledger": self.big.to_json(),
             "cli_startup": {**self.startup.to_json(), "runs": len(self.startup.subject_rounds)},
+            "telemetry": (
+                {"skipped": "the otel extra is not installed"}
+                if self.telemetry is None
+                else {"fresh": self.telemetry[0].to_json(), "replay": self.telemetry[1].to_json()}
+            ),
             "targets": self.targets(),
             "ok": self.ok,
             "seconds": round(self.seconds, 1),
@@ -209,6 +216,9 @@ class BenchReport:
             ("decorator vs execute, fresh", self.decorator),
             ("decorator vs execute, replay", self.decorator_replay),
         ]
+        if self.telemetry is not None:
+            rows.append(("telemetry (no-op) vs none, fresh", self.telemetry[0]))
+            rows.append(("telemetry (no-op) vs none, replay", self.telemetry[1]))
         for label, item in rows:
             target = "" if item.target is None else f"<= {item.target:g}x {_verdict(item.met)}"
             out.append(

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from effectguard import __version__
-from effectguard.bench import _asyncio, _big, _startup, _throughput
+from effectguard.bench import _asyncio, _big, _startup, _telemetry, _throughput
 from effectguard.bench._calls import CallBench, count_calls
 from effectguard.bench._config import BenchConfig
 from effectguard.bench._report import BenchReport, WrittenLedger
@@ -74,6 +74,8 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         asyncio = _asyncio.measure(
             EffectExecutor(site.ledger("asyncio")), config.ops, config.rounds
         )
+        say("telemetry: instrumented with no-op providers vs not")
+        telemetry = _telemetry.measure(site.ledger("telemetry"), config.ops, config.rounds)
         big = _big.measure(site, config.big_ledger_size, config.rounds, say)
         runs = _startup.runs_for(config.rounds)
         say(f"CLI start-up: {runs} runs")
@@ -95,5 +97,6 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         big=big,
         startup=startup,
         asyncio=asyncio,
+        telemetry=telemetry,
         seconds=time.perf_counter() - started,
     )

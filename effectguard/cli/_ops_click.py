@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -95,8 +96,29 @@ class OpsCommand(click.Command):
         super().__init__(*args, **kwargs)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        given = list(args)  # Click consumes the list it parses
         with _one_line_usage(ctx):
-            return super().parse_args(ctx, args)
+            try:
+                return super().parse_args(ctx, args)
+            except click.MissingParameter as exc:
+                missing = self._missing(given)
+                if len(missing) < 2:  # noqa: PLR2004 - one missing option: Click's own message
+                    raise
+                names = ", ".join(f"'{name}'" for name in missing)
+                msg = f"Missing options {names}"
+                raise click.UsageError(msg, ctx) from exc
+
+    def _missing(self, args: list[str]) -> list[str]:
+        """Every required option neither on the command line nor in its environment variable."""
+        given = {arg.split("=", 1)[0] for arg in args if arg.startswith("-")}
+        missing = []
+        for param in self.params:
+            if not isinstance(param, click.Option) or not param.required:
+                continue
+            envvar = param.envvar if isinstance(param.envvar, str) else None
+            if given.isdisjoint(param.opts) and not (envvar and os.environ.get(envvar)):
+                missing.append(param.opts[0])
+        return missing
 
 
 class OpsGroup(click.Group):

@@ -27,6 +27,8 @@ __all__ = [
     "operations_table",
     "record_json",
     "report_json",
+    "resolution_preview",
+    "table",
     "to_json",
 ]
 
@@ -232,9 +234,12 @@ def _evidence(evidence: Mapping[str, Any]) -> str:
     return _compact(dict(evidence)) if evidence else ""
 
 
-def events_table(events: Iterable[EffectEvent]) -> str:
-    """Return one line per event: sequence, time, type, transition, attempt, evidence."""
-    return table(
+def events_table(events: Iterable[EffectEvent], width: int | None = None) -> str:
+    """Return one line per event: sequence, time, type, transition, attempt, evidence.
+
+    With ``width``, a line longer than that is cut, ending in an ellipsis.
+    """
+    text = table(
         ("SEQ", "AT", "TYPE", "TRANSITION", "ATTEMPT", "EVIDENCE"),
         (
             (
@@ -247,4 +252,29 @@ def events_table(events: Iterable[EffectEvent]) -> str:
             )
             for event in events
         ),
+    )
+    if width is None:
+        return text
+    limit = max(width, 20) - 1
+    return "\n".join(
+        line if len(line) <= limit + 1 else line[:limit] + "\u2026" for line in text.splitlines()
+    )
+
+
+def resolution_preview(
+    before: OperationRecord, after: OperationRecord, action: str, now: datetime
+) -> str:
+    """Return what a dry-run resolution shows: the record before and as it would be after."""
+    return "\n".join(
+        [
+            (
+                f"dry run: {action} would move {_clean(before.operation_id)!s} "
+                f"from {before.status.value} to {after.status.value}"
+            ),
+            "--- before",
+            operation_detail(before, now),
+            "--- after",
+            operation_detail(after, now),
+            "nothing was written",
+        ]
     )

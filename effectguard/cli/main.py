@@ -102,6 +102,25 @@ def _list_scenarios(scenario_name: str | None) -> None:
         click.echo(f"{scenario.name.ljust(width)}  {scenario.summary}")
 
 
+class _ProgressLines:
+    """Progress as lines on stderr: the first episode, then every few seconds, and the last."""
+
+    interval = 5.0
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.last: float | None = None
+
+    def __call__(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self.last is None or now - self.last >= self.interval or self.done >= self.total:
+            self.last = now
+            percent = 100 * self.done // self.total
+            click.echo(f"matrix: {self.done}/{self.total} episodes ({percent}%)", err=True)
+
+
 @cli.command()
 @click.option(
     "--episodes",
@@ -136,7 +155,9 @@ def matrix(
                 episodes, seed, broken_contract=broken_contract, progress=bar.update
             )
     else:
-        report = run_matrix(episodes, seed, broken_contract=broken_contract)
+        # No terminal to draw a bar on (CI): a line on stderr every few seconds instead.
+        lines = _ProgressLines(episodes)
+        report = run_matrix(episodes, seed, broken_contract=broken_contract, progress=lines)
     elapsed = time.monotonic() - started
     click.echo(report.table())
     click.echo(_verdict(report, elapsed))

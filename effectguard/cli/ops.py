@@ -9,6 +9,8 @@ can do here a program can do too.
 
 from __future__ import annotations
 
+import os
+import sys
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,7 @@ from effectguard.cli._ops_click import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
+    F,
     OpsError,
     OpsGroup,
     OpsUsageError,
@@ -31,65 +34,19 @@ from effectguard.cli._ops_click import (
     parse_status,
     refusals,
 )
+from effectguard.cli._ops_session import (
+    Session,
+    load_tools,
+    open_ledger,
+    operation,
+    tools_option,
+)
 
 if TYPE_CHECKING:
     # Annotations only: `agent-effect-ops --help` loads neither the ledger nor the model.
-    from effectguard import EffectLedger, EffectStatus, OperationRecord
+    from effectguard import EffectStatus
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
-
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-
-class _Session:
-    """The group's options; the ledger is opened on first use and closed with the context."""
-
-    # A plain class, not a dataclass: importing dataclasses is a visible part of --help's time.
-    __slots__ = ("busy_timeout", "ledger", "target")
-
-    def __init__(self, target: str | None, busy_timeout: float) -> None:
-        self.target = target
-        self.busy_timeout = busy_timeout
-        self.ledger: EffectLedger | None = None
-
-    def open(self, ctx: click.Context, *, write: bool) -> EffectLedger:
-        if self.ledger is not None:
-            return self.ledger
-        if not self.target:
-            hint = f"see '{ctx.find_root().command_path} --help'"
-            msg = f"Missing option '--db': name the ledger file or postgresql:// URL ({hint})"
-            raise OpsUsageError(msg)
-        # A missing ledger is an error for every command: none of them can succeed on an
-        # empty ledger, and a read must never leave a new file (or schema) behind.
-        options: dict[str, Any] = {"create": False}
-        if not self.target.startswith(_POSTGRES_SCHEMES):
-            options["busy_timeout"] = self.busy_timeout
-            # A read opens the file read-only, so it works on a ledger this user may only read.
-            options["read_only"] = not write
-        with refusals():
-            ledger = effectguard.open_ledger(self.target, **options)
-        ctx.call_on_close(ledger.close)
-        self.ledger = ledger
-        return ledger
-
-
-def _ledger(*, write: bool = False) -> EffectLedger:
-    ctx = click.get_current_context()
-    session = ctx.find_object(_Session)
-    if session is None:  # pragma: no cover - main() always installs one
-        msg = "agent-effect-ops commands run only under the agent-effect-ops group"
-        raise RuntimeError(msg)
-    return session.open(ctx, write=write)
-
-
-def _operation(ledger: EffectLedger, operation_id: str) -> OperationRecord:
-    with refusals():
-        record = ledger.get(operation_id)
-    if record is None:
-        msg = f"no operation {operation_id!r} in the ledger"
-        raise OpsError(msg)
-    return record
-
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -141,7 +98,7 @@ def main(ctx: click.Context, target: str | None, busy_timeout: float) -> None:
     --actor, --reason and --evidence-reference, and is recorded with your OS
     account and host in the operation's hash-chained history.
     """
-    ctx.obj = _Session(target, busy_timeout)
+    ctx.obj = Session(target, busy_timeout)
 
 
 @main.command("list", short_help="List operations, most recently changed first.")
@@ -158,7 +115,7 @@ def list_command(
     status: EffectStatus | None, contract: str | None, limit: int, as_json: bool
 ) -> None:
     """List operations, most recently changed first."""
-    ledger = _ledger()
+    ledger = open_ledger()
     with refusals():
         records = ledger.list_operations(status=status, contract=contract, limit=limit)
     if as_json:
@@ -174,7 +131,7 @@ def list_command(
 @json_option
 def show(operation_id: str, as_json: bool) -> None:
     """Show everything recorded about operation OP."""
-    record = _operation(_ledger(), operation_id)
+    record = operation(open_ledger(), operation_id)
     if as_json:
         click.echo(views.to_json(views.record_json(record)))
     else:
@@ -184,27 +141,73 @@ def show(operation_id: str, as_json: bool) -> None:
 @main.command(short_help="Show the history of OP, oldest first.")
 @click.argument("operation_id", metavar="OP")
 @json_option
-def events(operation_id: str, as_json: bool) -> None:
-    """Show the history of operation OP, oldest first."""
-    ledger = _ledger()
-    _operation(ledger, operation_id)
+@click.option("--wide", is_flag=True, help="Show all the evidence, however wide the terminal.")
+def events(operation_id: str, as_json: bool, wide: bool) -> None:
+    """Show the history of operation OP, oldest first.
+
+    On a terminal (or with COLUMNS set) each line is cut to its width, the
+    evidence ending in an ellipsis; --wide, --json or a pipe show it all.
+    """
+    ledger = open_ledger()
+    operation(ledger, operation_id)
     with refusals():
         history = ledger.events(operation_id)
     if as_json:
         click.echo(views.to_json([views.event_json(event) for event in history]))
     else:
-        click.echo(views.events_table(history))
+        click.echo(views.events_table(history, width=None if wide else _terminal_width()))
 
 
-def _report(ledger: EffectLedger, record: OperationRecord, verb: str) -> None:
-    """Print one line saying what the resolution recorded, from its own event."""
+def _terminal_width() -> int | None:
+    """The width to fit lines to: the terminal's, or COLUMNS; None when output is piped."""
+    # Not shutil.get_terminal_size: importing shutil is a visible part of --help's time.
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    if not sys.stdout.isatty():
+        return None
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns
+    except OSError:
+        return None
+
+
+def _resolve(
+    operation_id: str, action: str, tools: str | None, dry_run: bool, **fields: Any
+) -> None:
+    """Run one resolution through the library's checks; print what it recorded or would."""
+    from effectguard.operator_actions import resolve  # noqa: PLC0415 - loaded only by a resolution
+
+    index = load_tools(tools)
+    ledger = open_ledger(write=not dry_run)
     with refusals():
-        event = ledger.events(record.operation_id)[-1]
+        done = resolve(
+            ledger, operation_id, action, tools=index, dry_run=dry_run, **fields  # type: ignore[arg-type]
+        )
+    for warning in done.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if dry_run:
+        click.echo(views.resolution_preview(done.before, done.after, action, _now()))
+        return
+    with refusals():
+        event = ledger.events(operation_id)[-1]
     recorder = f"{event.evidence.get('os_user')} on {event.evidence.get('host')}"
+    from effectguard.cli._ops_telemetry import trace_resolution  # noqa: PLC0415 - keeps --help cheap
+
+    trace_resolution(done.after, event)  # a span, when the process has a tracer
+    verb = {"confirm": "confirmed", "reject": "rejected"}.get(action, "authorized a retry of")
     click.echo(
-        f"{verb} {record.operation_id!r}: {event.from_status} -> {event.to_status} "
+        f"{verb} {operation_id!r}: {event.from_status} -> {event.to_status} "
         f"(event {event.seq}, actor {event.evidence.get('actor')!r}, recorded as {recorder})"
     )
+
+
+def _dry_run_option(command: F) -> F:
+    return click.option(
+        "--dry-run",
+        is_flag=True,
+        help="Check everything and print the record before and after; write nothing.",
+    )(command)
 
 
 @main.command(short_help="Record that OP took effect, with its output.")
@@ -225,57 +228,38 @@ def _report(ledger: EffectLedger, record: OperationRecord, verb: str) -> None:
     help="The provider's own id for the effect (a charge id, a message id).",
 )
 @audit_options
-def confirm(
-    operation_id: str,
-    output: Any,
-    provider_operation_id: str,
-    actor: str,
-    reason: str,
-    evidence_reference: str,
-) -> None:
-    """Record that operation OP took effect; later calls replay the given output."""
-    ledger = _ledger(write=True)
-    with refusals():
-        record = ledger.confirm(
-            operation_id,
-            output=output,
-            provider_operation_id=provider_operation_id,
-            actor=actor,
-            reason=reason,
-            evidence_reference=evidence_reference,
-        )
-    _report(ledger, record, "confirmed")
+@tools_option
+@_dry_run_option
+def confirm(operation_id: str, tools: str | None, dry_run: bool, **fields: Any) -> None:
+    """Record that operation OP took effect; later calls replay the given output.
+
+    With --tools the output is checked against the tool's return type first,
+    and refused if it does not match; without, it is stored unchecked (warned).
+    """
+    _resolve(operation_id, "confirm", tools, dry_run, **fields)
 
 
 @main.command(short_help="Record that OP did not and will not take effect.")
 @click.argument("operation_id", metavar="OP")
 @audit_options
-def reject(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
+@_dry_run_option
+def reject(operation_id: str, dry_run: bool, **fields: Any) -> None:
     """Record that operation OP did not take effect and never will; it is never sent again."""
-    ledger = _ledger(write=True)
-    with refusals():
-        record = ledger.reject(
-            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
-    _report(ledger, record, "rejected")
+    _resolve(operation_id, "reject", None, dry_run, **fields)
 
 
 @main.command("authorize-retry", short_help="Allow OP one more dispatch, same provider key.")
 @click.argument("operation_id", metavar="OP")
 @audit_options
-def authorize_retry(operation_id: str, actor: str, reason: str, evidence_reference: str) -> None:
+@_dry_run_option
+def authorize_retry(operation_id: str, dry_run: bool, **fields: Any) -> None:
     """Allow operation OP exactly one more dispatch, with the same provider key.
 
     The next execute of OP sends it; if that attempt's outcome is uncertain
     too, the operation waits for an operator again. Authorizing vouches that
     no earlier attempt can still take effect, so it clears any overlap risk.
     """
-    ledger = _ledger(write=True)
-    with refusals():
-        record = ledger.authorize_retry(
-            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
-    _report(ledger, record, "authorized a retry of")
+    _resolve(operation_id, "authorize-retry", None, dry_run, **fields)
 
 
 @main.command(short_help="Check every hash chain, row and claim; exit 1 naming any break.")
@@ -301,7 +285,7 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
     whoever can write the ledger cannot, lets a later --anchor check catch a
     deletion that rewrote the ledger's own anchor too.
     """
-    ledger = _ledger()
+    ledger = open_ledger()
     with refusals():
         expected = None
         if anchor_file is not None:
@@ -330,6 +314,16 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
         with open(export_file, "w", encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
             file.write(views.to_json(head.to_json()) + "\n")
 
+
+# The recovery and runs commands live in their own modules; registered here, loaded with the group.
+from effectguard.cli._ops_export import export  # noqa: E402 - registered after main exists
+from effectguard.cli._ops_recovery import reconcile, reprobe  # noqa: E402 - registered after main exists
+from effectguard.cli._ops_runs import runs  # noqa: E402 - registered after main exists
+
+main.add_command(reprobe)
+main.add_command(reconcile)
+main.add_command(runs)
+main.add_command(export)
 
 if __name__ == "__main__":
     main()

@@ -15,8 +15,10 @@ from effectguard.decorator.decorate import (
     EffectDecorator,
     EffectFunction,
     effect,
+    executor_of,
     get_contract,
     is_effect,
+    operation_id_of,
     use_executor,
 )
 
@@ -26,7 +28,9 @@ __all__ = [
     "EffectDecorator",
     "EffectFunction",
     "effect",
+    "executor_of",
     "get_contract",
     "is_effect",
+    "operation_id_of",
     "use_executor",
 ]

@@ -36,7 +36,7 @@ from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 import wrapt
 
-from effectguard.config import use_executor
+from effectguard.config import resolve_executor, use_executor
 from effectguard.contract import (
     DEFAULT_MAX_OUTPUT_BYTES,
     Arguments,
@@ -56,8 +56,10 @@ __all__ = [
     "EffectDecorator",
     "EffectFunction",
     "effect",
+    "executor_of",
     "get_contract",
     "is_effect",
+    "operation_id_of",
     "use_executor",
 ]
 
@@ -226,7 +228,7 @@ def _keywords_only(func: Callable[P, R]) -> Callable[P, R]:
             raise TypeError(msg)
         if "operation_id" not in kwargs:
             msg = (
-                '@effect(...) needs operation_id=: a str.format template over the tool\'s '
+                "@effect(...) needs operation_id=: a str.format template over the tool's "
                 'parameters ("order:{order_id}:pay"), a callable taking the arguments, '
                 "or effectguard.call_scoped(prefix)"
             )
@@ -311,7 +313,8 @@ def effect(
     return EffectDecorator(Options.from_keywords(locals()))
 
 
-def _find(obj: object) -> Tool | None:
+def find_tool(obj: object) -> Tool | None:
+    """Return the decorated tool behind ``obj``, or None (see :func:`get_contract`)."""
     for _ in range(_MAX_UNWRAP):
         kind = type(obj)  # not obj.__class__, which a wrapt proxy reports as the wrapped one's
         if issubclass(kind, _EffectWrapper):
@@ -336,10 +339,42 @@ def get_contract(obj: object) -> EffectContract | None:
     Finds it on the function, on a bound method, on a ``staticmethod`` or
     ``classmethod`` object, and through other decorators that set ``__wrapped__``.
     """
-    found = _find(obj)
+    found = find_tool(obj)
     return None if found is None else found.contract
 
 
 def is_effect(obj: object) -> bool:
     """True when ``obj`` is a decorated tool, however it was reached (see :func:`get_contract`)."""
-    return _find(obj) is not None
+    return find_tool(obj) is not None
+
+
+def _tool_of(obj: object, needed_by: str) -> tuple[Tool, object | None]:
+    """Return ``obj``'s tool and the instance it is bound to; TypeError when not decorated."""
+    found = find_tool(obj)
+    if found is None:
+        msg = f"{needed_by} needs a function decorated with @effect, not {obj!r}"
+        raise TypeError(msg)
+    instance = obj._self_instance if isinstance(obj, _BoundEffectWrapper) else None  # noqa: SLF001 - wrapt keeps a proxy's state in its _self_ attributes
+    return found, instance
+
+
+def executor_of(obj: object) -> EffectExecutor:
+    """Return the executor a call of the decorated tool ``obj`` would run on now.
+
+    The same choice a call makes (``@effect(executor=...)``, else the one lent
+    by a runtime, else :func:`effectguard.configure`'s); raises
+    :class:`~effectguard.ConfigurationError` naming the three when there is none.
+    """
+    tool, _ = _tool_of(obj, "executor_of()")
+    return resolve_executor(tool.executor, tool.contract.name)
+
+
+def operation_id_of(obj: object, /, *args: Any, **kwargs: Any) -> str:
+    """Return the operation id a call of ``obj`` with these arguments would have, now.
+
+    Computed as the call computes it, under the active call scope, without
+    recording or sending anything; raises what the call would for arguments
+    that do not fit the signature (``TypeError``) or a missing scope.
+    """
+    tool, instance = _tool_of(obj, "operation_id_of()")
+    return tool.contract.operation_id(tool.shape.bind(instance, args, kwargs))

@@ -27,6 +27,7 @@ from effectguard.contract import (
     redacted_names,
 )
 from effectguard.decorator.binding import KEY_PARAMETER, ProbeShape, ToolShape, unwrap_descriptor
+from effectguard.decorator.discovery import remember
 from effectguard.decorator.options import RENAMED, Options
 from effectguard.decorator.templates import compile_identity
 from effectguard.errors import (
@@ -72,6 +73,15 @@ def _return_annotation(func: Any) -> Any:
         return inspect.signature(func, eval_str=True).return_annotation
     except Exception:  # noqa: BLE001 - an unresolvable annotation just means "no inferred codec"
         return None
+
+
+def _declared_return(func: Any) -> Any:
+    """The return annotation an operator's output is checked against; ``Any`` when unknown."""
+    try:
+        annotation = inspect.signature(func, eval_str=True).return_annotation
+    except Exception:  # noqa: BLE001 - an unresolvable annotation cannot be checked against
+        return Any
+    return Any if annotation is inspect.Signature.empty else annotation
 
 
 def _codec(given: OutputCodec[Any] | type | None, func: Any, tool: str) -> OutputCodec[Any] | None:
@@ -204,6 +214,9 @@ class Tool:
             self.contract = EffectContract(**fields)
         except ConfigurationError as exc:
             raise ConfigurationError(_in_decorator_terms(str(exc))) from exc
+        self.func = raw
+        self.returns = _declared_return(raw)
+        remember(self)
 
     def _probe_adapter(self, instance: object | None) -> Callable[..., Any] | None:
         """Return the probe in the executor's convention, for a call on ``instance``."""

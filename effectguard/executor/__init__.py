@@ -14,6 +14,14 @@ observer hook every transition is reported to, and
 """
 
 from effectguard.executor.driver import EffectExecutor, Handler
-from effectguard.executor.observe import Observer, Transition, observing
+from effectguard.executor.observe import CallStart, CallWatcher, Observer, Transition, observing
 
-__all__ = ["EffectExecutor", "Handler", "Observer", "Transition", "observing"]
+__all__ = [
+    "CallStart",
+    "CallWatcher",
+    "EffectExecutor",
+    "Handler",
+    "Observer",
+    "Transition",
+    "observing",
+]

@@ -128,10 +128,12 @@ def _from_held(
         evidence=evidence,
     )
     unknown = EffectStatus.OUTCOME_UNKNOWN
+    # The event names what was proven: the holder's process is gone, or only its lease ran out.
+    kind = EventType.OWNER_GONE if gone else EventType.LEASE_EXPIRED
     return machine.write(
         call,
         expect,
         changes,
-        EventDraft(EventType.LEASE_EXPIRED, status, unknown, record.attempts, evidence),
+        EventDraft(kind, status, unknown, record.attempts, evidence),
         EventDraft(EventType.RECONCILING, unknown, EffectStatus.RECONCILING, record.attempts),
     )

@@ -180,6 +180,9 @@ class EffectExecutor:
             msg = "handler is a coroutine function; use execute_async"
             raise TypeError(msg)
         call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
+        cached = self._states.cached(call)
+        if cached is not None:
+            return cached
         machine = self._states.run(call)
         value: Any = None
         error: BaseException | None = None
@@ -211,6 +214,9 @@ class EffectExecutor:
         stopped, so it leaves no overlap risk; a sync one runs in a thread and does.
         """
         call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
+        cached = self._states.cached(call)
+        if cached is not None:
+            return cached
         machine = self._states.run(call)
         value: Any = None
         error: BaseException | None = None
@@ -265,7 +271,7 @@ class EffectExecutor:
         check_json_value(arguments)
         operation_id, key = contract.identity(arguments)
         fingerprint = request_fingerprint(
-            contract.name, contract.version, arguments, key, contract.redact
+            contract.name, contract.version, arguments, key, contract.redact, checked=True
         )
         # Taken now: a late handler reports, from its own thread, to the observers of its call.
         observers = (log_transition, *self._observers, *context_observers())

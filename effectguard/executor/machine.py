@@ -32,7 +32,7 @@ from effectguard.executor.conflict import differences
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned
-from effectguard.executor.observe import Transition, notify
+from effectguard.executor.observe import Transition, notify, watched
 from effectguard.executor.outputs import decode, not_stored
 from effectguard.executor.peers import PeerWait
 from effectguard.executor.redaction import scrub_write
@@ -195,24 +195,47 @@ class StateMachine:
         """Drive ``call`` from its first read to the result its caller receives.
 
         The call's observers hear of that result, fresh or replayed, also when
-        it reaches the caller as :class:`OutputNotStored` (the effect happened).
+        it reaches the caller as :class:`OutputNotStored` (the effect happened);
+        their call watchers watch it from before the first read to after the result.
         """
         contract = call.contract
-        try:
-            result = yield from self.drive(call)
-        except OutputNotStored as exc:
-            told = exc.result
-            notify(call.observers, Transition.of_result(contract.name, contract.version, told))
-            raise
+        with watched(call.observers, contract, call.operation_id, call.arguments):
+            try:
+                result = yield from self.drive(call)
+            except OutputNotStored as exc:
+                told = exc.result
+                notify(call.observers, Transition.of_result(contract.name, contract.version, told))
+                raise
+            notify(call.observers, Transition.of_result(contract.name, contract.version, result))
+            return result
+
+    def cached(self, call: Call) -> EffectResult[Any] | None:
+        """The replay of a terminal operation this process has verified, or None: run the machine.
+
+        No ledger read and no step: the result is built from the replay cache
+        (see :mod:`~effectguard.executor.replays`), and the call's observers hear of it.
+        """
+        found = self.replays.replay(call.operation_id, call.fingerprint)
+        if found is None:
+            return None
+        record, evidence = found
+        contract = call.contract
+        result: EffectResult[Any] = EffectResult(
+            record.status,
+            record.operation_id,
+            decode(contract, record) if record.status is EffectStatus.CONFIRMED else None,
+            record.provider_operation_id,
+            record.attempts,
+            True,  # noqa: FBT003 - replayed, positionally like the rest
+            evidence,
+            record.reason,
+        )
         notify(call.observers, Transition.of_result(contract.name, contract.version, result))
         return result
 
     def drive(self, call: Call) -> Machine:
         """The rules of :meth:`run`, without reporting the result."""
         ledger = self.ledger
-        cached = self.replays.lookup(call.operation_id, call.fingerprint)
-        if cached is not None:
-            return self.result(call, cached, replayed=True, verified=True)
         waiting = PeerWait(call.wait_seconds, self._clock, self.poll_interval)
         # Replaying a terminal operation is a plain read: no write lock is taken. A ledger
         # that claims first reads by claiming; its claim writes nothing when the row exists.

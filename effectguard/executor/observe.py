@@ -10,6 +10,16 @@ including a tool's own ``executor=``.
 Nothing an observer receives holds a value named in the contract's
 ``redact=``: no arguments at all, and evidence and reasons scrubbed of
 redacted values before they are even stored.
+
+An observer that also has a ``watch_call(start)`` method (a :class:`CallWatcher`,
+such as telemetry's) is handed each call as a whole as well: a :class:`CallStart`
+before the call's first read, and the context manager it returns is entered
+then and exited once the call's result has been reported (or its exception is
+on its way to the caller), in the caller's own context, so what it makes
+current (a span) is current for the handler and the probe too. While a call
+is watched, each wait between attempts or probes is reported to its watches'
+``paused(seconds)``. :func:`observe_everywhere` registers an observer for every
+call in the process, whichever executor and context run it.
 """
 
 from __future__ import annotations
@@ -18,13 +28,28 @@ import contextlib
 import contextvars
 import dataclasses
 import logging
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
 
+from effectguard.contract import EffectContract
+from effectguard.fingerprint import redact_arguments
 from effectguard.model import EffectResult, EffectStatus, EventType
 
-__all__ = ["Observer", "Transition", "context_observers", "notify", "observing"]
+__all__ = [
+    "CallStart",
+    "CallWatcher",
+    "Observer",
+    "Transition",
+    "context_observers",
+    "notify",
+    "observe_everywhere",
+    "observing",
+    "report_pause",
+    "watched",
+]
 
 logger = logging.getLogger("effectguard.observe")
 
@@ -52,6 +77,9 @@ class Transition:
     reason: str | None
     replayed: bool = False
     result: EffectResult[Any] | None = None
+    #: On a final result: the qualified type name of the exception the handler raised
+    #: in this call's last attempt (``module.Class``), if it raised; never its message.
+    error_type: str | None = None
 
     @property
     def final(self) -> bool:
@@ -61,7 +89,9 @@ class Transition:
     @classmethod
     def of_result(cls, contract: str, version: int, result: EffectResult[Any]) -> Transition:
         """The notice of a call's final ``result``, without its handler exception."""
+        error_type = None
         if result.handler_error is not None:
+            error_type = _qualified(type(result.handler_error))
             result = dataclasses.replace(result, handler_error=None)
         return cls(
             operation_id=result.operation_id,
@@ -75,7 +105,44 @@ class Transition:
             reason=result.reason,
             replayed=result.replayed,
             result=result,
+            error_type=error_type,
         )
+
+
+def _qualified(kind: type) -> str:
+    """``module.Qualname`` of an exception type; a builtin's bare name (``TimeoutError``)."""
+    module = kind.__module__
+    return kind.__qualname__ if module == "builtins" else f"{module}.{kind.__qualname__}"
+
+
+@dataclass(frozen=True, slots=True)
+class CallStart:
+    """What a :class:`CallWatcher` learns as a call begins, before its first read.
+
+    ``arguments`` are the call's arguments with every value named in the
+    contract's ``redact=`` replaced by ``"[redacted]"``.
+    """
+
+    operation_id: str
+    contract: str
+    contract_version: int
+    idempotency_guaranteed: bool
+    arguments: Mapping[str, Any]
+
+
+@runtime_checkable
+class CallWatcher(Protocol):
+    """An observer that is also handed each call as a whole (see the module's docstring)."""
+
+    def __call__(self, transition: Transition) -> None:
+        """Hear of one transition or result, like any observer."""
+
+    def watch_call(self, start: CallStart) -> contextlib.AbstractContextManager[object]:
+        """Return the context manager that spans the call ``start`` begins.
+
+        What its ``__enter__`` returns, if it has a ``paused(seconds)``
+        method, is told of each wait between attempts or probes.
+        """
 
 
 #: ``observer(transition)``; called in whichever thread made the transition.
@@ -83,6 +150,13 @@ Observer = Callable[[Transition], None]
 
 _context: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar(
     "effectguard_observers", default=()
+)
+#: Observers of every call in the process (:func:`observe_everywhere`), oldest first.
+_everywhere: tuple[Observer, ...] = ()
+_everywhere_lock = threading.Lock()
+#: What the watchers of the calls being run in this context returned on entering.
+_watches: contextvars.ContextVar[tuple[object, ...]] = contextvars.ContextVar(
+    "effectguard_watches", default=()
 )
 
 
@@ -107,9 +181,111 @@ def observing(observer: Observer) -> Iterator[None]:
         _context.reset(token)
 
 
+def observe_everywhere(observer: Observer) -> Callable[[], None]:
+    """Report every transition and result of every call in this process to ``observer``.
+
+    Whichever executor runs it, in whichever context, from calls that start
+    from now on. Returns a function that withdraws ``observer`` again
+    (calling it twice does nothing more).
+    """
+    global _everywhere  # noqa: PLW0603 - process-wide by definition
+    if not callable(observer):
+        msg = f"observe_everywhere() needs a callable, not {type(observer).__name__}"
+        raise TypeError(msg)
+    with _everywhere_lock:
+        _everywhere = (*_everywhere, observer)
+
+    def withdraw() -> None:
+        global _everywhere  # noqa: PLW0603 - process-wide by definition
+        with _everywhere_lock:
+            _everywhere = tuple(known for known in _everywhere if known is not observer)
+
+    return withdraw
+
+
 def context_observers() -> tuple[Observer, ...]:
-    """The observers registered for the current context, outermost first."""
-    return _context.get()
+    """The observers of a call started now: the process's (outermost), then this context's."""
+    return (*_everywhere, *_context.get()) if _everywhere else _context.get()
+
+
+class _Watching:
+    """The watches of one call, entered together; one that fails is logged and left out."""
+
+    __slots__ = ("_entered", "_token", "_watchers", "start")
+
+    def __init__(self, watchers: list[CallWatcher], start: CallStart) -> None:
+        self._watchers = watchers
+        self.start = start
+        self._entered: list[tuple[contextlib.AbstractContextManager[object], object]] = []
+        self._token: contextvars.Token[tuple[object, ...]] | None = None
+
+    def __enter__(self) -> None:
+        for watcher in self._watchers:
+            try:
+                manager = watcher.watch_call(self.start)
+                self._entered.append((manager, manager.__enter__()))
+            except Exception:  # a watcher's bug must not turn into an effect's failure
+                logger.warning(
+                    "observer %r failed watching %s",
+                    watcher,
+                    self.start.operation_id,
+                    exc_info=True,
+                )
+        self._token = _watches.set((*_watches.get(), *(kept for _, kept in self._entered)))
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            with contextlib.suppress(ValueError):  # exited in another context than entered
+                _watches.reset(self._token)
+        for manager, _ in reversed(self._entered):
+            try:
+                manager.__exit__(kind, error, trace)
+            except Exception:  # ditto: the call's outcome is already decided
+                logger.warning(
+                    "observer %r failed ending its watch of %s",
+                    manager,
+                    self.start.operation_id,
+                    exc_info=True,
+                )
+
+
+def watched(
+    observers: tuple[Observer, ...],
+    contract: EffectContract,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+) -> contextlib.AbstractContextManager[None]:
+    """The context in which a call runs while its :class:`CallWatcher` observers watch it.
+
+    With no watcher among ``observers`` it is a no-op that builds nothing.
+    """
+    watchers = [o for o in observers if callable(getattr(o, "watch_call", None))]
+    if not watchers:
+        return contextlib.nullcontext()
+    start = CallStart(
+        operation_id=operation_id,
+        contract=contract.name,
+        contract_version=contract.version,
+        idempotency_guaranteed=contract.provider_idempotency_guaranteed,
+        arguments=redact_arguments(arguments, contract.redact),
+    )
+    return _Watching(watchers, start)  # type: ignore[arg-type]  # checked: each has watch_call
+
+
+def report_pause(seconds: float) -> None:
+    """Tell the watches of the calls running in this context of a wait of ``seconds``."""
+    for watch in _watches.get():
+        paused = getattr(watch, "paused", None)
+        if callable(paused):
+            try:
+                paused(seconds)
+            except Exception:  # a watcher's bug must not turn into an effect's failure
+                logger.warning("observer %r failed on a pause", watch, exc_info=True)
 
 
 def notify(observers: tuple[Observer, ...], transition: Transition) -> None:

@@ -22,6 +22,7 @@ from effectguard.executor import handler as _handler
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.lease import TOKENS
 from effectguard.executor.machine import StateMachine
+from effectguard.executor.observe import report_pause
 from effectguard.executor.steps import Call, HandlerStep, LedgerStep, PauseStep, ProbeStep, Step
 from effectguard.model import OutcomeProbeResult
 
@@ -74,6 +75,8 @@ class StepPerformer:
 
     def _advanced(self, step: PauseStep) -> bool:
         """Advance an injected manual clock by a backoff wait instead of sleeping it."""
+        if step.backoff:
+            report_pause(step.seconds)  # to the call's watchers (telemetry), if any
         if step.backoff and self._advance is not None:
             self._advance(step.seconds)
             return True

@@ -26,6 +26,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from effectguard.errors import ConfigurationError
 from effectguard.executor.outputs import not_stored
@@ -72,6 +73,19 @@ class ReplayCache:
         A different fingerprint is a miss, so that the caller reads the ledger
         and raises the conflict from the stored record, exactly as without a cache.
         """
+        found = self.replay(operation_id, fingerprint)
+        if found is None:
+            return None
+        record, evidence = found
+        return record if not record.evidence else dataclasses.replace(record, evidence=evidence)
+
+    def replay(
+        self, operation_id: str, fingerprint: str
+    ) -> tuple[OperationRecord, dict[str, Any]] | None:
+        """Like :meth:`lookup`, the record and a fresh copy of its evidence, copied no further.
+
+        The record's own ``evidence`` is shared with every replay: only the copy may be handed out.
+        """
         if not self.size:
             return None
         with self._lock:
@@ -79,9 +93,7 @@ class ReplayCache:
             if entry is None or entry.record.fingerprint != fingerprint:
                 return None
             self._entries.move_to_end(operation_id)
-        if not entry.record.evidence:
-            return entry.record
-        return dataclasses.replace(entry.record, evidence=json.loads(entry.evidence_json))
+        return entry.record, (json.loads(entry.evidence_json) if entry.record.evidence else {})
 
     def remember(self, record: OperationRecord) -> None:
         """Keep ``record`` if it is terminal with a stored output (or none to store).

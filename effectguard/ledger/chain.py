@@ -3,7 +3,8 @@
 Every fact of the chain lives here, and both backends' writes, ``verify()`` and
 ``bulk_load()`` use it:
 
-* the document an event's hash covers (:func:`chain_document`), its time in
+* the document an event's hash covers (:func:`chain_document`, written by
+  :mod:`effectguard.ledger.documents`), its time in
   whole microseconds since the epoch (:func:`to_micros`, :func:`from_micros`);
 * the hash that links an event to the one before it (:func:`chain_hash`);
 * appending drafted events to a chain (:func:`append`), or copying a chain
@@ -18,15 +19,23 @@ so writers of different operations never queue behind one global chain.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from effectguard.fingerprint import canonical_json
 from effectguard.ledger.committed import COMMITTED, commitments
-from effectguard.model import EffectEvent, EffectStatus, EventType, VerifyProblem, VerifyReport
+from effectguard.ledger.documents import (
+    GENESIS,
+    chain_document,
+    chain_hash,
+    document_text,
+    event_document,
+    from_micros,
+    to_micros,
+)
+from effectguard.model import EffectEvent, VerifyProblem, VerifyReport
 
 if TYPE_CHECKING:
     from effectguard.ledger.protocol import EventDraft
@@ -42,88 +51,13 @@ __all__ = [
     "chain_hash",
     "check",
     "check_row",
+    "document_text",
     "event_document",
     "from_micros",
     "relink",
     "to_micros",
     "verify",
 ]
-
-#: What an operation's first event is linked to, in place of a predecessor's hash.
-GENESIS = b"effectguard-event-chain-v1"
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def from_micros(micros: int) -> datetime:
-    """Return the timezone-aware UTC datetime ``micros`` microseconds after the epoch."""
-    return _EPOCH + timedelta(microseconds=micros)
-
-
-def to_micros(moment: datetime) -> int:
-    """Return whole microseconds since the epoch, exactly (no float rounding)."""
-    return (moment - _EPOCH) // _MICROSECOND
-
-
-def chain_document(
-    operation_id: str,
-    seq: int,
-    type_: EventType,
-    from_status: EffectStatus | None,
-    to_status: EffectStatus,
-    attempt: int,
-    at_micros: int,
-    evidence: Mapping[str, Any],
-    commits: Mapping[str, Any] | None = None,
-) -> dict[str, Any]:
-    """Return the document an event's chain hash is computed over.
-
-    ``commits`` (see :func:`commitments`) is hashed only when there are some,
-    so every event written before they existed keeps its hash.
-    """
-    document = {
-        "at": at_micros,
-        "attempt": attempt,
-        "evidence": dict(evidence),
-        "from": None if from_status is None else from_status.value,
-        "operation_id": operation_id,
-        "seq": seq,
-        "to": to_status.value,
-        "type": type_.value,
-    }
-    if commits:
-        document["commits"] = dict(commits)
-    return document
-
-
-def event_document(event: EffectEvent) -> dict[str, Any]:
-    """Return the document ``event``'s hash covers."""
-    return chain_document(
-        event.operation_id,
-        event.seq,
-        event.type,
-        event.from_status,
-        event.to_status,
-        event.attempt,
-        to_micros(event.at),
-        event.evidence,
-        event.commits,
-    )
-
-
-def chain_hash(previous: bytes | None, document: Mapping[str, Any]) -> bytes:
-    """Return the hash that links the event ``document`` to the hash of the event before it.
-
-    ``previous`` is None for an operation's first event. Editing, reordering or
-    removing any event changes every hash after it, so the head kept on the
-    operation no longer matches.
-    """
-    digest = hashlib.sha256()
-    digest.update(previous if previous is not None else GENESIS)
-    digest.update(canonical_json(document).encode("utf-8"))
-    return digest.digest()
-
 
 #: One appended event as both backends store it: seq, type, from, to, attempt, evidence JSON,
 #: hash, commits JSON.
@@ -145,11 +79,11 @@ def append(
     the new event count and the new head.
     """
     chained: list[ChainedEvent] = []
+    carried = canonical_json(dict(commits)) if commits else None
     for draft in drafts:
         count += 1
-        evidence = dict(draft.evidence)
-        carried = commits if not chained else None
-        document = chain_document(
+        evidence = canonical_json(dict(draft.evidence)) if draft.evidence else None
+        text = document_text(
             operation_id,
             count,
             draft.type,
@@ -160,7 +94,7 @@ def append(
             evidence,
             carried,
         )
-        head = chain_hash(head, document)
+        head = chain_hash(head, text)
         chained.append(
             (
                 count,
@@ -168,11 +102,12 @@ def append(
                 None if draft.from_status is None else draft.from_status.value,
                 draft.to_status.value,
                 draft.attempt,
-                canonical_json(evidence) if evidence else None,
+                evidence,
                 head,
-                canonical_json(dict(carried)) if carried else None,
+                carried,
             )
         )
+        carried = None
     return chained, count, head
 
 

@@ -11,10 +11,14 @@ resolution of a CONFIRMED or REJECTED operation, a second retry authorization
 of a PREPARED one, and anything while a worker holds a live lease on it. A
 live lease whose owner process on this host is provably gone (the check the
 executor makes, :func:`effectguard.process.process_gone`) does not hold.
+
+With ``dry_run=True`` each function checks the same rules and returns the
+record as the resolution would leave it, writing nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import socket
@@ -34,7 +38,7 @@ from effectguard.ledger.transitions import to_confirmed
 from effectguard.model import EffectStatus, EventType, OperationRecord
 from effectguard.process import process_gone
 
-__all__ = ["OperatorResolution", "authorize_retry", "confirm", "reject"]
+__all__ = ["OperatorResolution", "authorize_retry", "confirm", "os_user", "previewed", "reject"]
 
 _RESOLVABLE = frozenset(
     {
@@ -63,7 +67,7 @@ class _Primitives(Protocol):
     ) -> OperationRecord: ...
 
 
-def _os_user() -> str:
+def os_user() -> str:
     """Return the account this process runs as, by its uid, never by what the environment says.
 
     ``getpass.getuser()`` trusts ``$USER`` and ``$LOGNAME`` first, which would make
@@ -99,7 +103,7 @@ def _audit(actor: str, reason: str, evidence_reference: str) -> dict[str, Any]:
         "actor": actor.strip(),
         "reason": reason.strip(),
         "evidence_reference": evidence_reference.strip(),
-        "os_user": _os_user(),
+        "os_user": os_user(),
         "host": socket.gethostname(),
     }
 
@@ -114,7 +118,47 @@ def _overridden(record: OperationRecord) -> dict[str, Any]:
     return found
 
 
+def previewed(record: OperationRecord, changes: Changes) -> OperationRecord:
+    """Return ``record`` as it would read after ``changes`` and one more event (nothing written)."""
+    updates: dict[str, Any] = {"status": changes.status, "event_count": record.event_count + 1}
+    for name in ("attempts", "attempt_budget", "output_json", "provider_operation_id", "reason"):
+        value = getattr(changes, name)
+        if value is not UNSET:
+            updates[name] = value
+    if changes.evidence is not UNSET:
+        updates["evidence"] = dict(changes.evidence)
+    if changes.overlap is not UNSET:
+        updates["overlap"] = changes.overlap
+    if changes.lease is None:
+        updates.update(lease_token=None, lease_owner=None, lease_expires_at=None, lease_live=False)
+    return dataclasses.replace(record, **updates)
+
+
 _Build = Callable[[OperationRecord], tuple[Changes, EventDraft]]
+
+
+def _check(
+    record: OperationRecord | None,
+    operation_id: str,
+    action: str,
+    allowed: frozenset[EffectStatus],
+) -> OperationRecord:
+    """Return ``record`` if ``action`` makes sense on it now, else raise saying why not."""
+    if record is None:
+        raise OperationNotFoundError(operation_id)
+    if record.status not in allowed:
+        msg = f"cannot {action} operation {operation_id!r}: it is {record.status.value}"
+        raise IllegalTransitionError(msg)
+    # A dead owner's lease is as good as expired: the executor would take it over at once.
+    owner_gone = record.lease_owner is not None and process_gone(record.lease_owner)
+    if record.lease_live and not owner_gone:
+        msg = (
+            f"cannot {action} operation {operation_id!r}: a worker holds a live lease on it "
+            f"until {record.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC; "
+            "wait for it to finish or expire"
+        )
+        raise IllegalTransitionError(msg)
+    return record
 
 
 def _resolve(
@@ -124,24 +168,13 @@ def _resolve(
     action: str,
     allowed: frozenset[EffectStatus],
     build: _Build,
+    dry_run: bool = False,
 ) -> OperationRecord:
     for _ in range(_ATTEMPTS):
-        record = ledger.get(operation_id)
-        if record is None:
-            raise OperationNotFoundError(operation_id)
-        if record.status not in allowed:
-            msg = f"cannot {action} operation {operation_id!r}: it is {record.status.value}"
-            raise IllegalTransitionError(msg)
-        # A dead owner's lease is as good as expired: the executor would take it over at once.
-        owner_gone = record.lease_owner is not None and process_gone(record.lease_owner)
-        if record.lease_live and not owner_gone:
-            msg = (
-                f"cannot {action} operation {operation_id!r}: a worker holds a live lease on it "
-                f"until {record.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC; "
-                "wait for it to finish or expire"
-            )
-            raise IllegalTransitionError(msg)
+        record = _check(ledger.get(operation_id), operation_id, action, allowed)
         changes, event = build(record)
+        if dry_run:
+            return previewed(record, changes)
         expect = Expect(
             statuses=frozenset({record.status}),
             # The dead owner's token pins the row instead: nobody else took its lease meanwhile.
@@ -166,6 +199,7 @@ def confirm(
     actor: str,
     reason: str,
     evidence_reference: str,
+    dry_run: bool = False,
 ) -> OperationRecord:
     """Mark the operation CONFIRMED with ``output``, which every later call replays.
 
@@ -207,7 +241,14 @@ def confirm(
             event=EventType.OPERATOR_CONFIRMED,
         )
 
-    return _resolve(ledger, operation_id, action="confirm", allowed=_RESOLVABLE, build=build)
+    return _resolve(
+        ledger,
+        operation_id,
+        action="confirm",
+        allowed=_RESOLVABLE,
+        build=build,
+        dry_run=dry_run,
+    )
 
 
 def reject(
@@ -217,6 +258,7 @@ def reject(
     actor: str,
     reason: str,
     evidence_reference: str,
+    dry_run: bool = False,
 ) -> OperationRecord:
     """Mark the operation REJECTED: the effect did not happen and will not be attempted again."""
     audit = _audit(actor, reason, evidence_reference)
@@ -241,7 +283,9 @@ def reject(
         )
         return changes, event
 
-    return _resolve(ledger, operation_id, action="reject", allowed=_RESOLVABLE, build=build)
+    return _resolve(
+        ledger, operation_id, action="reject", allowed=_RESOLVABLE, build=build, dry_run=dry_run
+    )
 
 
 def authorize_retry(
@@ -251,6 +295,7 @@ def authorize_retry(
     actor: str,
     reason: str,
     evidence_reference: str,
+    dry_run: bool = False,
 ) -> OperationRecord:
     """Move the operation to PREPARED with a budget of exactly one more attempt.
 
@@ -280,7 +325,12 @@ def authorize_retry(
         return changes, event
 
     return _resolve(
-        ledger, operation_id, action="authorize a retry of", allowed=_RETRYABLE, build=build
+        ledger,
+        operation_id,
+        action="authorize a retry of",
+        allowed=_RETRYABLE,
+        build=build,
+        dry_run=dry_run,
     )
 
 

@@ -113,6 +113,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
 )
 
 _RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(OperationRecord))
+_LIVE_AT = _RECORD_FIELDS.index("lease_live")
 _EVENT_FIELDS = tuple(field.name for field in dataclasses.fields(EffectEvent))
 # The mapper builds records and events positionally, so the column lists must
 # follow their field order; checked once, at import, rather than trusted.
@@ -165,9 +166,11 @@ class Rows:
         self.event_columns = tuple(c.name_in(backend) for c in EVENT_COLUMNS)
         self.store_time = store_time
         self._by_field = {c.field: c.name_in(backend) for c in OPERATION_COLUMNS}
+        self._load = tuple(loader(c.kind, load_time) for c in OPERATION_COLUMNS)
         self._read = record_reader(load_time)
         self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
+        self._load_by_name = dict(zip(self.operation_columns, self._load, strict=True))
         self._load_event = tuple(loader(c.kind, load_time) for c in EVENT_COLUMNS)
         self._dump_event = tuple(dumper(c.kind, store_time) for c in EVENT_COLUMNS)
         fields = [c.field for c in OPERATION_COLUMNS]
@@ -198,6 +201,27 @@ class Rows:
     def record(self, row: Sequence[Any], now: Any) -> OperationRecord:
         """Return the operation in ``row``, its lease judged live or not at ``now``."""
         return self._read(row, now)
+
+    def decoded(self, row: Sequence[Any]) -> list[Any]:
+        """Return the record's values of operation ``row``, in column order."""
+        return [
+            value if load is None else load(value)
+            for load, value in zip(self._load, row, strict=True)
+        ]
+
+    def decode(self, name: str, value: Any) -> Any:
+        """Return the record's value of column ``name`` stored as ``value``."""
+        load = self._load_by_name[name]
+        return value if load is None else load(value)
+
+    @staticmethod
+    def assembled(
+        values: Sequence[Any], token: str | None, expires: Any, now: Any
+    ) -> OperationRecord:
+        """Return the record of decoded ``values``, the lease judged live at ``now``."""
+        fields = list(values)
+        fields.insert(_LIVE_AT, token is not None and expires is not None and expires > now)
+        return OperationRecord(*fields)
 
     def event(self, row: Sequence[Any]) -> EffectEvent:
         """Return the event in ``row``."""

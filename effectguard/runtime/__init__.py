@@ -44,6 +44,7 @@ from effectguard.runtime.state import ApprovalRequest, RunResult, RunState
 from effectguard.runtime.tools import ToolDefinition
 from effectguard.runtime.tools.registry import ToolLike, ToolRegistry
 from effectguard.runtime.tools.schema import function_schema, parse_docstring
+from effectguard.runtime.waiting import RunView, WaitedOperation, describe_run, list_runs
 
 __all__ = [
     "AgentRuntime",
@@ -69,6 +70,7 @@ __all__ = [
     "RunNotFoundError",
     "RunResult",
     "RunState",
+    "RunView",
     "RuntimeStateError",
     "SQLiteCheckpointStore",
     "ScriptExhaustedError",
@@ -81,9 +83,12 @@ __all__ = [
     "TraceEvent",
     "TraceKind",
     "TraceSink",
+    "WaitedOperation",
     "allow_all",
     "allow_list",
+    "describe_run",
     "function_schema",
+    "list_runs",
     "parse_docstring",
     "require_approval",
 ]

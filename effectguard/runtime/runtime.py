@@ -22,7 +22,12 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from effectguard.errors import ApprovalNotPendingError, InvalidRequestError, RunNotFoundError
+from effectguard.errors import (
+    ApprovalNotPendingError,
+    InvalidRequestError,
+    RunExistsError,
+    RunNotFoundError,
+)
 from effectguard.executor import EffectExecutor
 from effectguard.model import EffectStatus
 from effectguard.runtime.checkpoints import CheckpointStore, InMemoryCheckpointStore
@@ -128,6 +133,20 @@ class AgentRuntime:
             return record.result()
         return self._drive(self._machine(record, TraceKind.RUN_RESUMED))
 
+    def start_or_resume(self, run_id: str, input: str | Sequence[Message]) -> RunResult:  # noqa: A002 - `input` is the documented parameter name
+        """Start run ``run_id`` from ``input``, or resume it if it is already checkpointed.
+
+        The normal way to drive a run: calling it again after a crash, a
+        restart or an operator's resolution continues the same run (``input``
+        is used only when the run is new), and a finished run is returned as it is.
+        """
+        if self.checkpoints.load(run_id) is None:
+            try:
+                return self.start(run_id, input)
+            except RunExistsError:
+                pass  # another process started it between the read and the create
+        return self.resume(run_id)
+
     def approve(self, run_id: str, call_id: str, actor: str, reason: str | None = None) -> None:
         """Approve a call the policy held for a person; the next :meth:`resume` runs it.
 
@@ -151,6 +170,16 @@ class AgentRuntime:
         record = self._new_record(run_id, input)
         record.revision = await asyncio.to_thread(self.checkpoints.create, record)
         return await self._drive_async(self._machine(record, TraceKind.RUN_STARTED))
+
+    async def start_or_resume_async(self, run_id: str, input: str | Sequence[Message]) -> RunResult:  # noqa: A002 - `input` is the documented parameter name
+        """Like :meth:`start_or_resume`, on the event loop."""
+        existing = await asyncio.to_thread(self.checkpoints.load, run_id)
+        if existing is None:
+            try:
+                return await self.start_async(run_id, input)
+            except RunExistsError:
+                pass  # another process started it between the read and the create
+        return await self.resume_async(run_id)
 
     async def resume_async(self, run_id: str) -> RunResult:
         """Like :meth:`resume`, on the event loop."""

@@ -5,6 +5,7 @@ Timings are never asserted: only that every measurement ran and what it counted.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ TOP_LEVEL = {
     "ledger_bytes",
     "large_ledger",
     "cli_startup",
+    "telemetry",
     "targets",
     "ok",
     "seconds",
@@ -209,6 +211,21 @@ def test_cli_startup_is_timed_beside_a_bare_click_import(report: dict[str, Any])
     assert startup["baseline_us"] > 0
     assert startup["subject_us"] > 0
     assert startup["target_ratio"] == 2.0
+
+
+def test_telemetry_is_measured_when_the_otel_extra_is_installed(report: dict[str, Any]):
+    """Instrumented (no-op providers) vs not, fresh and replayed; a note without the extra."""
+    section = report["telemetry"]
+    if importlib.util.find_spec("opentelemetry") is None:
+        assert section == {"skipped": "the otel extra is not installed"}
+        return
+    assert set(section) == {"fresh", "replay"}
+    for item in section.values():
+        assert set(item) == COMPARISON
+        assert item["subject_us"] > 0
+        assert item["baseline_us"] > 0
+        assert item["target_ratio"] is None
+        assert "no-op" in item["subject"]
 
 
 def test_the_table_names_each_measurement_and_the_run_leaves_nothing_behind(

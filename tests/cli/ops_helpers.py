@@ -16,6 +16,7 @@ from click.testing import CliRunner, Result
 from effectguard import EffectContract, EffectExecutor, EffectLedger, EffectStatus
 from effectguard.cli.ops import main
 from effectguard.ledger import open_ledger
+from effectguard.operator_actions import UNCHECKED_OUTPUT
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 ARGS = {"invoice_id": "INV-1042", "amount_cents": 1250, "card_token": "tok_secret"}
@@ -52,6 +53,9 @@ class Run:
             lines = result.stderr.splitlines()
             assert len(lines) == 1, result.stderr
             assert lines[0].startswith("Error: "), result.stderr
+        elif args[0] == "confirm" and "--tools" not in args:
+            # Without the tools the output cannot be checked, and the operator is told so.
+            assert result.stderr == f"warning: {UNCHECKED_OUTPUT}\n", result.stderr
         else:
             assert result.stderr == ""
         return result

@@ -120,13 +120,17 @@ def test_broken_contract_makes_the_matrix_fail_with_exit_1(tmp_path):
 
 
 def test_matrix_prints_no_progress_bar_when_piped():
-    """Output that is not a terminal gets the table and verdict only, no progress bar."""
+    """Not a terminal: the table and verdict on stdout, progress as plain lines on stderr."""
     result = CliRunner().invoke(cli, ["matrix", "--episodes", "8", "--seed", "1"])
     assert result.exit_code == 0, result.output
     assert "episodes  [" not in result.output
-    assert result.output.splitlines()[0].startswith("kind")
-    assert result.output.splitlines()[-2].startswith("OK: 8 episodes (seed 1)")
-    assert result.output.splitlines()[-1] == "matrix: 8 passed, 0 failed"
+    assert result.stdout.splitlines()[0].startswith("kind")
+    assert result.stdout.splitlines()[-2].startswith("OK: 8 episodes (seed 1)")
+    assert result.stdout.splitlines()[-1] == "matrix: 8 passed, 0 failed"
+    # CI logs are not silent: the first episode, then every few seconds, then the last.
+    progress = result.stderr.splitlines()
+    assert progress[0] == "matrix: 1/8 episodes (12%)"
+    assert progress[-1] == "matrix: 8/8 episodes (100%)"
 
 
 def test_installed_console_script_runs_a_scenario(tmp_path):

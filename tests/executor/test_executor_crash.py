@@ -75,7 +75,8 @@ def test_recovery_after_sigkill_never_duplicates(
         assert result.attempts == attempts
         assert provider.committed() == effects
         assert provider.duplicates() == 0
-        expired = next(e for e in ledger.events(OPERATION) if e.type is EventType.LEASE_EXPIRED)
+        expired = next(e for e in ledger.events(OPERATION) if e.type is EventType.OWNER_GONE)
         assert expired.evidence["owner_gone"] is True
+        assert EventType.LEASE_EXPIRED not in {e.type for e in ledger.events(OPERATION)}
         assert not ledger.get(OPERATION).overlap_risk
         assert ledger.verify().ok

@@ -89,7 +89,7 @@ def test_owner_gone_on_this_host_is_taken_over_at_once_and_retried(ledger, clock
 
     assert result.status is EffectStatus.CONFIRMED
     assert result.attempts == 2
-    expired = next(e for e in ledger.events(OPERATION) if e.type is EventType.LEASE_EXPIRED)
+    expired = next(e for e in ledger.events(OPERATION) if e.type is EventType.OWNER_GONE)
     assert expired.evidence["owner_gone"] is True
     assert provider.committed() == 1
 

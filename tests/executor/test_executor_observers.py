@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from typing import Any
 
@@ -13,12 +14,14 @@ from effectguard import (
     EffectExecutor,
     EffectStatus,
     EventType,
+    OperationConflictError,
     Transition,
     effect,
     observe_effects,
     observing,
 )
-from effectguard.testkit import FakePaymentProvider, ManualClock
+from effectguard.executor.observe import observe_everywhere
+from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ManualClock
 
 DRIVERS = ["sync", "async"]
 CARD_NUMBER = "4242-4242-4242-4242"
@@ -203,4 +206,137 @@ def test_a_late_result_reaches_the_observers_of_its_call(ledger):
         EffectStatus.QUARANTINED,
         EffectStatus.CONFIRMED,
     )
+    assert provider.committed() == 1
+
+
+class _Watcher:
+    """An observer that also watches whole calls: what it saw, and where the handler ran."""
+
+    def __init__(self, *, broken: bool = False) -> None:
+        self.broken = broken
+        self.log: list[str] = []
+        self.inside = threading.local()
+
+    def __call__(self, transition: Transition) -> None:
+        self.log.append("result" if transition.final else f"event {transition.event}")
+
+    def watch_call(self, start):
+        if self.broken:
+            msg = "tracing backend down"
+            raise OSError(msg)
+        watcher = self
+
+        class Watch:
+            def __enter__(self):
+                watcher.log.append(f"start {start.operation_id} {dict(start.arguments)}")
+                watcher.token = _WATCHED.set(start.operation_id)
+                return self
+
+            def paused(self, seconds):
+                watcher.log.append(f"pause {seconds:g}")
+
+            def __exit__(self, kind, error, trace):
+                _WATCHED.reset(watcher.token)
+                watcher.log.append(f"end {type(error).__name__ if error else None}")
+
+        return Watch()
+
+
+_WATCHED: contextvars.ContextVar[str | None] = contextvars.ContextVar("watched", default=None)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_call_watcher_spans_the_whole_call_and_its_context_reaches_the_handler(ledger, driver):
+    """Start before the first read, the handler inside the watch's context, end after the result.
+
+    Redacted arguments reach the watcher masked; a backoff wait is reported as a pause.
+    """
+    provider = FakePaymentProvider(
+        idempotency_guaranteed=False, faults=FaultPlan([Fault.FAIL_BEFORE_COMMIT])
+    )
+    watcher = _Watcher()
+    seen_by_handler: list[str | None] = []
+
+    def handler(arguments, *, idempotency_key):
+        seen_by_handler.append(_WATCHED.get())
+        return provider.handler(arguments, idempotency_key=idempotency_key)
+
+    executor = EffectExecutor(
+        ledger, clock=ManualClock(), observers=[watcher], jitter=lambda ceiling: ceiling
+    )
+    contract = capture_contract(provider, redact=frozenset({"amount_cents"}))
+    result = _execute(driver, executor, contract, ARGS, handler)
+
+    assert result.status is EffectStatus.CONFIRMED
+    assert result.attempts == 2
+    assert seen_by_handler == [OPERATION, OPERATION]
+    assert watcher.log[0] == (
+        f"start {OPERATION} {{'invoice_id': 'INV-1042', 'amount_cents': '[redacted]'}}"
+    )
+    assert watcher.log[-2:] == ["result", "end None"]
+    retry = watcher.log.index("event retry")
+    # The wait comes between the probe's NOT_COMMITTED and the retry it allows.
+    assert watcher.log[retry - 1 : retry + 2] == ["pause 0.1", "event retry", "event dispatched"]
+    assert "1999" not in " ".join(watcher.log)
+    assert _WATCHED.get() is None  # the watch's context does not outlive the call
+    assert provider.committed() == 1
+
+
+def test_a_call_watcher_hears_the_exception_that_ends_a_call(ledger):
+    """A conflicting request ends the call with an exception: the watch's exit is told of it."""
+    provider = FakePaymentProvider()
+    watcher = _Watcher()
+    executor = EffectExecutor(ledger, clock=ManualClock(), observers=[watcher])
+    executor.execute(capture_contract(provider), ARGS, provider.handler)
+    with pytest.raises(OperationConflictError):
+        executor.execute(capture_contract(provider), {**ARGS, "amount_cents": 1}, provider.handler)
+    assert watcher.log[-1] == "end OperationConflictError"
+    assert provider.committed() == 1
+
+
+def test_a_watcher_that_raises_changes_no_outcome(ledger, caplog):
+    """A watcher whose watch_call raises is logged and left out; the effect confirms once."""
+    provider = FakePaymentProvider()
+    watcher = _Watcher(broken=True)
+    executor = EffectExecutor(ledger, clock=ManualClock(), observers=[watcher])
+    result = executor.execute(capture_contract(provider), ARGS, provider.handler)
+    assert result.status is EffectStatus.CONFIRMED
+    assert watcher.log == ["event prepared", "event dispatched", "event confirmed", "result"]
+    failures = [r for r in caplog.records if r.name == "effectguard.observe"]
+    assert [type(r.exc_info[1]) for r in failures] == [OSError]
+    assert provider.committed() == 1
+
+
+def test_an_observer_everywhere_sees_every_executor_until_withdrawn(ledger):
+    """observe_everywhere reaches an executor made before and after it; withdrawing stops it."""
+    provider = FakePaymentProvider()
+    seen: list[Transition] = []
+    before = EffectExecutor(ledger, clock=ManualClock())
+    withdraw = observe_everywhere(seen.append)
+    try:
+        before.execute(capture_contract(provider), ARGS, provider.handler)
+        after = EffectExecutor(ledger, clock=ManualClock())
+        after.execute(capture_contract(provider), ARGS, provider.handler)
+    finally:
+        withdraw()
+    before.execute(capture_contract(provider), ARGS, provider.handler)
+    withdraw()  # twice: nothing more
+    assert [t.replayed for t in seen if t.final] == [False, True]
+    assert provider.committed() == 1
+
+
+def test_a_result_names_the_type_of_the_handlers_exception_not_its_message(ledger):
+    """A handler that raised: the final notice carries its qualified type name, no message."""
+    provider = FakePaymentProvider(idempotency_guaranteed=False)
+    seen: list[Transition] = []
+
+    def handler(arguments, *, idempotency_key):
+        provider.handler(arguments, idempotency_key=idempotency_key)
+        msg = f"card {CARD_NUMBER} declined after commit"
+        raise ConnectionError(msg)
+
+    executor = EffectExecutor(ledger, clock=ManualClock(), observers=[seen.append])
+    result = executor.execute(capture_contract(provider, probe=False), ARGS, handler)
+    assert result.status is EffectStatus.QUARANTINED
+    assert seen[-1].error_type == "ConnectionError"
     assert provider.committed() == 1

@@ -32,7 +32,6 @@ from effectguard.ledger.sqlite.connection import (
     inspect,
     migrate,
     refusal,
-    write_transaction,
 )
 from effectguard.ledger.sqlite.files import (
     FileIdentity,
@@ -45,6 +44,7 @@ from effectguard.ledger.sqlite.files import (
     replaced_error,
     unchanged,
 )
+from effectguard.ledger.sqlite.group import GroupCommit
 from effectguard.ledger.sqlite.migrations import APPLICATION_ID, FORMAT, SCHEMA_VERSION
 
 __all__ = ["Connection", "LedgerFile"]
@@ -80,7 +80,7 @@ class LedgerFile:
     _local: threading.local
     _connections: weakref.WeakSet[Connection]
     _lock: threading.Lock
-
+    _group: GroupCommit
 
     @contextlib.contextmanager
     def _translate(self) -> Iterator[None]:
@@ -250,14 +250,15 @@ class LedgerFile:
             what = "" if operation_id is None else f" operation {operation_id!r} was not written:"
             msg = f"{what} ledger {self.path} was opened read-only; open it writable to change it"
             raise LedgerUnavailableError(msg.strip())
-        conn = self._open(write=True)
+        if self._closed:
+            msg = f"ledger {self.path} is closed"
+            raise LedgerUnavailableError(msg)
+        # Threads' writes share transactions (group.py); the file is checked under the
+        # write lock, so a file replaced while a write waited is seen too.
         try:
-            with conn.in_use:
-                # Checked under the write lock, so a file replaced while this waited is seen too.
-                result = write_transaction(conn, work, lambda: self._check_file(operation_id))
+            return self._group.run(lambda: self._open(write=True), work, operation_id)
         except sqlite3.Error as exc:
             raise self._translated(exc) from exc
-        return result
 
     def close(self) -> None:
         """Close every connection this ledger opened, in any thread."""

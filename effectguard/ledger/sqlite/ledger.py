@@ -44,12 +44,14 @@ from effectguard.ledger.sqlite import anchoring
 from effectguard.ledger.sqlite.files import (
     FileIdentity,
 )
+from effectguard.ledger.sqlite.group import GroupCommit
 from effectguard.ledger.sqlite.handle import Connection, LedgerFile
 from effectguard.ledger.sqlite.migrations import (
     ATTENTION_STATUSES,
     NEEDING_ATTENTION,
     SCHEMA_VERSION,
 )
+from effectguard.ledger.sqlite.recent import RETURNING, Recent, lean_transition
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -69,6 +71,8 @@ _BULK_CACHE_KIB = -262_144
 
 _COLUMNS = ", ".join(rows.operation_columns)
 _EVENT_COLUMNS = ", ".join(rows.event_columns)
+_TOKEN = rows.operation_columns.index(rows.name("lease_token"))
+_EXPIRES = rows.operation_columns.index(rows.name("lease_expires_at"))
 _INSERT_OPERATION = (
     f"INSERT INTO operations ({_COLUMNS}) VALUES ({','.join('?' * len(rows.operation_columns))})"
     " ON CONFLICT (operation_id) DO NOTHING"
@@ -164,6 +168,10 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
         self._create = create and not read_only
         # The file this ledger opened first; every later connection and write must find it.
         self._identity: FileIdentity | None = None
+        # Rows this ledger wrote last, so a transition is one fenced UPDATE (see recent.py).
+        self._recent = Recent()
+        self._lean = RETURNING
+        self._group = GroupCommit(self._check_file, self._translated)
         if self.path.exists():
             self._open(write=False)
         elif not self._create:
@@ -202,7 +210,9 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
             conn.executemany(_INSERT_EVENT, events_rows)
             first = events_rows[0][8] if events_rows else b""
             anchoring.anchor(conn, [(operation.operation_id, first)])
-            return rows.record(values, now_us), True
+            decoded = rows.decoded(values)
+            self._recent.keep(values, decoded)
+            return rows.assembled(decoded, operation.lease.token, values[_EXPIRES], now_us), True
 
         return self._write(work, operation.operation_id)
 
@@ -219,18 +229,28 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
         now_us = self._now_us(now)
 
         def work(conn: Connection) -> OperationRecord:
+            known = self._recent.get(operation_id) if self._lean else None
+            if known is not None:
+                lean = lean_transition(conn, known, expect, changes, events, now_us)
+                if lean is not None:
+                    record, kept = lean
+                    self._recent.keep(*kept)
+                    return record
             row = self._select(conn, operation_id)
             if row is None:
                 raise OperationNotFoundError(operation_id)
             current = rows.version(row, now_us)
             problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
             if problem is not None:
+                self._recent.forget(operation_id)
                 msg = f"write to operation {operation_id!r} refused: {problem}"
                 raise FencedWriteError(msg)
             updated, events_rows = rows.transitioned(row, changes, events, now_us)
             conn.executemany(_INSERT_EVENT, events_rows)
             conn.execute(_UPDATE_OPERATION, (*updated[1:], operation_id))
-            return rows.record(updated, now_us)
+            decoded = rows.decoded(updated)
+            self._recent.keep(updated, decoded)
+            return rows.assembled(decoded, updated[_TOKEN], updated[_EXPIRES], now_us)
 
         return self._write(work, operation_id)
 

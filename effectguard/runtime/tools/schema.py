@@ -20,13 +20,13 @@ from __future__ import annotations
 import collections.abc
 import enum
 import inspect
-import re
 import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from effectguard.docstrings import parse_docstring
 from effectguard.errors import ConfigurationError
 
 __all__ = ["FunctionSchema", "function_schema", "parse_docstring"]
@@ -34,30 +34,6 @@ __all__ = ["FunctionSchema", "function_schema", "parse_docstring"]
 #: The parameter the executor fills in; never shown to a model.
 HIDDEN = "idempotency_key"
 
-_SECTIONS = frozenset(
-    {
-        "args",
-        "arguments",
-        "parameters",
-        "params",
-        "returns",
-        "return",
-        "yields",
-        "raises",
-        "examples",
-        "example",
-        "note",
-        "notes",
-        "attributes",
-        "see also",
-        "warnings",
-        "warning",
-        "todo",
-    }
-)
-_ARG_SECTIONS = frozenset({"args", "arguments", "parameters", "params"})
-_HEADER = re.compile(r"^([A-Za-z][A-Za-z ]*):\s*$")
-_ARG_LINE = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _ARRAYS = frozenset(
     {
@@ -81,44 +57,6 @@ class FunctionSchema:
 
     description: str
     parameters: dict[str, Any]
-
-
-def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
-    """Return ``(description, {parameter: description})`` from a Google-style docstring.
-
-    The description is the text before the first section header; argument
-    descriptions may continue on more-indented lines.
-    """
-    if not doc:
-        return "", {}
-    lines = inspect.cleandoc(doc).splitlines()
-    summary: list[str] = []
-    arguments: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    base_indent: int | None = None
-    for line in lines:
-        header = _HEADER.match(line)
-        if header and header.group(1).strip().lower() in _SECTIONS:
-            section = header.group(1).strip().lower()
-            current, base_indent = None, None
-            continue
-        if section is None:
-            summary.append(line)
-            continue
-        if section not in _ARG_SECTIONS or not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        if base_indent is None:
-            base_indent = indent
-        entry = _ARG_LINE.match(line.strip())
-        if indent <= base_indent and entry:
-            current = entry.group(1)
-            arguments[current] = entry.group(2).strip()
-        elif current is not None:
-            arguments[current] = f"{arguments[current]} {line.strip()}".strip()
-    description = "\n".join(summary).strip()
-    return description, arguments
 
 
 def _literal(values: tuple[Any, ...], where: str) -> dict[str, Any]:

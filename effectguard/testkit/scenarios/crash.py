@@ -55,7 +55,9 @@ def crash_after_dispatch(env: ScenarioEnv) -> ScenarioReport:
     committed_by_child = setup.provider.committed()
     result = env.executor(ledger).execute(setup.contract, setup.arguments, setup.handler)
     events = ledger.events(operation_id)
-    expired = [event for event in events if event.type is EventType.LEASE_EXPIRED]
+    expired = [
+        event for event in events if event.type in {EventType.LEASE_EXPIRED, EventType.OWNER_GONE}
+    ]
     return env.report(
         ledger=ledger,
         provider=setup.provider,

@@ -1,0 +1,43 @@
+"""Framework adapters: ``@effect`` tools as native tools of agent frameworks.
+
+Each adapter lives in its own module behind its own extra
+(``effectguard.adapters.langgraph`` needs ``effectguard[langgraph]``…) and maps
+an unconfirmed effect onto the framework's own pause; on resume it re-reads
+the ledger, never trusting the resume value, and never dispatches a
+QUARANTINED operation. This package imports no framework, and the core never
+imports it. What every adapter shares is exported here: the pending payload a
+paused run carries (:class:`PendingEffect`), the outcome of one call, and the
+framework-free steps (:func:`run_effect`, :func:`resume_effect`) an adapter for
+another framework can be built on.
+"""
+
+from effectguard.adapters._common import (
+    PENDING_KIND,
+    Confirmed,
+    Outcome,
+    Pending,
+    PendingEffect,
+    Refused,
+    is_pending_payload,
+    resume_effect,
+    resume_effect_async,
+    run_effect,
+    run_effect_async,
+)
+from effectguard.adapters._signature import PublicSignature, public_signature
+
+__all__ = [
+    "PENDING_KIND",
+    "Confirmed",
+    "Outcome",
+    "Pending",
+    "PendingEffect",
+    "PublicSignature",
+    "Refused",
+    "is_pending_payload",
+    "public_signature",
+    "resume_effect",
+    "resume_effect_async",
+    "run_effect",
+    "run_effect_async",
+]

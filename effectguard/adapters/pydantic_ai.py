@@ -1,0 +1,332 @@
+"""Pydantic AI adapter: ``@effect`` functions as Pydantic AI tools that pause instead of failing.
+
+:func:`as_tool` turns an ``@effect`` function (sync or async) into a
+:class:`pydantic_ai.Tool`. Each call runs under the call scope ``run_id`` = the
+run's ``conversation_id`` (which a run resumed from its message history
+inherits) and ``call_id`` = the model's ``tool_call_id``, so
+``call_scoped(prefix)`` operation ids are the same when the run is resumed, in
+this process or another.
+
+What the model and the caller see of each outcome:
+
+- confirmed (fresh or replayed): the tool's output;
+- REJECTED, a request conflicting with the one recorded under its operation
+  id, or an output that took effect but could not be stored: a
+  :class:`pydantic_ai.ToolFailed`, a failure the model reads and is not invited
+  to retry (never :class:`pydantic_ai.ModelRetry`);
+- a request that provably never left: :class:`pydantic_ai.ModelRetry`, since
+  calling again sends it once;
+- anything else (unknown outcome, quarantined, a peer still dispatching):
+  :class:`pydantic_ai.CallDeferred` whose metadata is the pending payload, the
+  arguments (redacted values masked) and the call scope. The run then ends with
+  :class:`pydantic_ai.DeferredToolRequests` as its output, so the agent's
+  ``output_type`` must include it.
+
+To resume, :func:`settle_deferred` (or :func:`asettle_deferred`) re-reads the
+ledger for every deferred call, never trusting what the run recorded, and
+builds the :class:`pydantic_ai.DeferredToolResults` for
+``agent.run(message_history=..., deferred_tool_results=...)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from effectguard.adapters._common import (
+    Confirmed,
+    Outcome,
+    PendingEffect,
+    PublicSignature,
+    Refused,
+    public_signature,
+    require_effect,
+    resume_effect,
+    resume_effect_async,
+    run_effect,
+    run_effect_async,
+)
+from effectguard.decorator import get_contract
+from effectguard.errors import ConfigurationError
+from effectguard.fingerprint import redact_arguments
+from effectguard.scope import CallScope
+
+try:
+    from pydantic_ai import (
+        CallDeferred,
+        DeferredToolRequests,
+        DeferredToolResults,
+        ModelRetry,
+        RunContext,
+        Tool,
+        ToolFailed,
+    )
+    from pydantic_ai.messages import ToolCallPart
+except ModuleNotFoundError as exc:
+    msg = (
+        "effectguard.adapters.pydantic_ai needs the 'pydantic-ai' extra "
+        f"({exc.name} is not installed): pip install 'effectguard[pydantic-ai]'"
+    )
+    raise ImportError(msg) from exc
+
+__all__ = ["EFFECT_ATTRIBUTE", "as_tool", "asettle_deferred", "settle_deferred"]
+
+#: The attribute of a tool function made by :func:`as_tool` that holds its ``@effect`` function.
+EFFECT_ATTRIBUTE = "__effectguard_effect__"
+
+#: The name of the run-context parameter in the synthesised signature (never shown to the model).
+_CONTEXT = "_run_context"
+
+#: What ``settle_deferred(tools=...)`` takes: functions, adapter tools, or a name-to-function map.
+ToolsLike = Mapping[str, Any] | Iterable[Any]
+
+
+def _scope(ctx: RunContext[Any]) -> CallScope:
+    """The call scope of one tool call: the conversation (kept across resume) and the call id."""
+    run_id = ctx.conversation_id or ctx.run_id
+    return CallScope(run_id=run_id or "", call_id=ctx.tool_call_id or "")
+
+
+def _metadata(
+    fn: Any, effect: PendingEffect, arguments: Mapping[str, Any], scope: CallScope
+) -> dict[str, Any]:
+    """The deferred call's metadata: the pending payload, masked arguments and the call scope."""
+    contract = get_contract(fn)
+    redact = contract.redact if contract is not None else frozenset()
+    return {
+        **effect.to_json(),
+        "arguments": redact_arguments(arguments, redact),
+        "scope": {"run_id": scope.run_id, "call_id": scope.call_id},
+    }
+
+
+def _refusal(refused: Refused) -> ToolFailed | ModelRetry:
+    """A refusal as Pydantic AI's tool failure; a retry prompt only when retrying is safe."""
+    return ModelRetry(refused.message) if refused.retry_safe else ToolFailed(refused.message)
+
+
+def _returned(fn: Any, outcome: Outcome, arguments: Mapping[str, Any], scope: CallScope) -> Any:
+    """The tool's return for a confirmed outcome; the framework's exception otherwise."""
+    if isinstance(outcome, Confirmed):
+        return outcome.output
+    if isinstance(outcome, Refused):
+        raise _refusal(outcome) from outcome.error
+    raise CallDeferred(metadata=_metadata(fn, outcome.effect, arguments, scope))
+
+
+def _tool_function(fn: Any, name: str) -> Any:
+    """A function Pydantic AI can call: the run context first, then the business arguments."""
+    if inspect.iscoroutinefunction(fn):
+
+        async def call_async(_run_context: RunContext[Any], **arguments: Any) -> Any:
+            scope = _scope(_run_context)
+            outcome = await run_effect_async(
+                fn, arguments, scope=scope, tool=name, tool_call_id=scope.call_id
+            )
+            return _returned(fn, outcome, arguments, scope)
+
+        return call_async
+
+    def call(_run_context: RunContext[Any], **arguments: Any) -> Any:
+        scope = _scope(_run_context)
+        outcome = run_effect(fn, arguments, scope=scope, tool=name, tool_call_id=scope.call_id)
+        return _returned(fn, outcome, arguments, scope)
+
+    return call
+
+
+def _docstring(public: PublicSignature) -> str:
+    """A Google-style docstring Pydantic AI reads exactly what the shared parser found in."""
+    lines = [public.description]
+    if public.descriptions:
+        lines += ["", "Args:"]
+        lines += [
+            f"    {name}: {' '.join(text.split())}" for name, text in public.descriptions.items()
+        ]
+    return "\n".join(lines)
+
+
+def as_tool(
+    fn: Any,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    max_retries: int | None = None,
+) -> Tool[Any]:
+    """Return ``fn``, an ``@effect`` function (sync or async), as a Pydantic AI tool.
+
+    The tool's schema holds exactly ``fn``'s business parameters (never
+    ``idempotency_key``, which the executor supplies), each described by the
+    docstring's ``Args:`` section. A confirmed effect returns its output; a
+    rejected or conflicting one is a :class:`pydantic_ai.ToolFailed` the model
+    is not invited to retry; any other outcome defers the call
+    (:class:`pydantic_ai.CallDeferred`), so the run ends with
+    :class:`pydantic_ai.DeferredToolRequests` and nothing is sent again until
+    :func:`settle_deferred` finds the operation settled in the ledger.
+    Raises :class:`~effectguard.ConfigurationError` when ``fn`` is not an ``@effect`` tool.
+    """
+    require_effect(fn, "effectguard.adapters.pydantic_ai.as_tool()")
+    public = public_signature(fn, name=name)
+    function = _tool_function(fn, public.name)
+    context = inspect.Parameter(
+        _CONTEXT, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=RunContext[Any]
+    )
+    parameters = [
+        p.replace(annotation=public.hints[p.name]) for p in public.signature.parameters.values()
+    ]
+    function.__signature__ = inspect.Signature([context, *parameters])
+    function.__annotations__ = {_CONTEXT: RunContext[Any], **public.hints}
+    function.__doc__ = _docstring(public)
+    function.__name__ = function.__qualname__ = public.name
+    function.__module__ = getattr(fn, "__module__", __name__)
+    setattr(function, EFFECT_ATTRIBUTE, fn)
+    return Tool(
+        function,
+        takes_ctx=True,
+        name=public.name,
+        description=description or public.description,
+        max_retries=max_retries,
+        docstring_format="google",
+    )
+
+
+# -- resuming ----------------------------------------------------------------------------
+
+
+def _registry(tools: ToolsLike) -> dict[str, Tool[Any]]:
+    """The adapter's tools by name, from ``@effect`` functions, a mapping, or adapter tools."""
+    items = tools.items() if isinstance(tools, Mapping) else ((None, t) for t in tools)
+    found: dict[str, Tool[Any]] = {}
+    for given, item in items:
+        tool = item if isinstance(item, Tool) else None
+        fn = getattr(tool.function, EFFECT_ATTRIBUTE, None) if tool is not None else item
+        if fn is None or get_contract(fn) is None:
+            msg = (
+                "settle_deferred() takes @effect functions, a name-to-function mapping or "
+                f"tools made by as_tool(), not {item!r}"
+            )
+            raise ConfigurationError(msg)
+        if tool is None or (given is not None and given != tool.name):
+            tool = as_tool(fn, name=given or (tool.name if tool is not None else None))
+        found[tool.name] = tool
+    return found
+
+
+def _arguments(tool: Tool[Any], call: ToolCallPart) -> dict[str, Any]:
+    """The call's arguments as Pydantic AI passed them to the tool: validated, defaults applied.
+
+    The model's raw arguments may differ in form (``"1999"`` for an int); the
+    operation's fingerprint was taken from the validated ones.
+    """
+    try:
+        validated = tool.function_schema.validator.validate_python(call.args_as_dict())
+    except ValueError as exc:
+        msg = (
+            f"deferred call {call.tool_call_id!r} ({call.tool_name}): its arguments do not fit "
+            f"the tool's schema ({exc}); nothing was sent"
+        )
+        raise ConfigurationError(msg) from exc
+    return dict(validated)
+
+
+def _scope_of(call: ToolCallPart, metadata: Mapping[str, Any]) -> CallScope:
+    """The call scope the paused call ran under, from the metadata :func:`as_tool` attached."""
+    scope = metadata.get("scope")
+    ids = (scope.get("run_id"), scope.get("call_id")) if isinstance(scope, Mapping) else ()
+    if len(ids) != 2 or not all(isinstance(i, str) for i in ids):  # noqa: PLR2004 - two ids
+        msg = (
+            f"deferred call {call.tool_call_id!r} ({call.tool_name}) carries no effectguard "
+            "call scope: pass the DeferredToolRequests the paused run returned, unchanged"
+        )
+        raise ConfigurationError(msg)
+    return CallScope(run_id=str(ids[0]), call_id=str(ids[1]))
+
+
+#: One deferred call to settle: its ``@effect`` function, the call, arguments, payload, scope.
+_Deferred = tuple[Any, ToolCallPart, dict[str, Any], PendingEffect, CallScope]
+
+
+def _deferred(requests: DeferredToolRequests, tools: ToolsLike) -> list[_Deferred]:
+    """Each deferred call of one of ``tools``, checked before any of them is settled."""
+    registry = _registry(tools)
+    found = []
+    for call in requests.calls:
+        tool = registry.get(call.tool_name)
+        if tool is None:
+            continue
+        metadata = requests.metadata.get(call.tool_call_id) or {}
+        scope = _scope_of(call, metadata)
+        pending = PendingEffect.from_json(metadata)
+        fn = getattr(tool.function, EFFECT_ATTRIBUTE)
+        found.append((fn, call, _arguments(tool, call), pending, scope))
+    return found
+
+
+def _collect(
+    settled: Iterable[tuple[ToolCallPart, Outcome]],
+) -> tuple[DeferredToolResults, list[PendingEffect]]:
+    """The results of settled calls, and the pending payloads of those that still wait."""
+    results = DeferredToolResults()
+    waiting: list[PendingEffect] = []
+    for call, outcome in settled:
+        if isinstance(outcome, Confirmed):
+            results.calls[call.tool_call_id] = outcome.output
+        elif isinstance(outcome, Refused):
+            results.calls[call.tool_call_id] = _refusal(outcome)
+        else:
+            waiting.append(outcome.effect)
+    return results, waiting
+
+
+def _resume_sync(deferred: _Deferred) -> Outcome:
+    fn, call, arguments, pending, scope = deferred
+    if not inspect.iscoroutinefunction(fn):
+        return resume_effect(fn, arguments, pending=pending, scope=scope)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(resume_effect_async(fn, arguments, pending=pending, scope=scope))
+    msg = (
+        f"settle_deferred() cannot run the async tool {call.tool_name} inside a running "
+        "event loop: await asettle_deferred() instead; nothing was sent"
+    )
+    raise ConfigurationError(msg)
+
+
+def settle_deferred(
+    requests: DeferredToolRequests, tools: ToolsLike
+) -> tuple[DeferredToolResults, list[PendingEffect]]:
+    """Re-read the ledger for each deferred ``@effect`` call: the results, and what still waits.
+
+    ``tools`` names the ``@effect`` functions: the functions, a name-to-function
+    mapping, or the tools :func:`as_tool` made. Each deferred call is judged
+    by the ledger, never by what the paused run recorded: a QUARANTINED
+    operation stays waiting and nothing is called; an OUTCOME_UNKNOWN one is
+    probed again; a CONFIRMED one gives its output and a REJECTED one a
+    :class:`pydantic_ai.ToolFailed`, both replayed, never re-sent; one an
+    operator authorized to retry is sent once more. Resume with
+    ``agent.run(message_history=..., deferred_tool_results=results)`` when
+    ``still_waiting`` is empty: Pydantic AI needs a result for every deferred
+    call. Deferred calls of other tools are left for the caller to answer.
+
+    Raises, before anything is sent, :class:`~effectguard.errors.OperationNotFoundError`
+    when this process's ledger does not hold a paused operation, and
+    :class:`~effectguard.ConfigurationError` when the requests lost their
+    metadata or an async tool is settled inside a running event loop (use
+    :func:`asettle_deferred` there).
+    """
+    settled = [(deferred[1], _resume_sync(deferred)) for deferred in _deferred(requests, tools)]
+    return _collect(settled)
+
+
+async def asettle_deferred(
+    requests: DeferredToolRequests, tools: ToolsLike
+) -> tuple[DeferredToolResults, list[PendingEffect]]:
+    """:func:`settle_deferred` in an event loop: async tools awaited, sync ones run in a thread."""
+    settled = []
+    for fn, call, arguments, pending, scope in _deferred(requests, tools):
+        outcome = await resume_effect_async(fn, arguments, pending=pending, scope=scope)
+        settled.append((call, outcome))
+    return _collect(settled)

@@ -1,0 +1,79 @@
+"""Turning effectguard's telemetry on and off: :func:`instrument` and :class:`Instrumentation`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any, Self
+
+from opentelemetry import trace
+
+from effectguard.executor import EffectExecutor
+from effectguard.executor.observe import observe_everywhere
+from effectguard.otel.spans import EffectTelemetry
+
+__all__ = ["Instrumentation", "instrument"]
+
+
+class Instrumentation:
+    """Telemetry that :func:`instrument` turned on; :meth:`uninstrument` turns it off.
+
+    As a context manager it turns it off on exit.
+    """
+
+    def __init__(self, telemetry: EffectTelemetry, executor: EffectExecutor | None) -> None:
+        self.telemetry = telemetry
+        self.executor = executor
+        self._withdraw = (
+            observe_everywhere(telemetry)
+            if executor is None
+            else (lambda: executor.remove_observer(telemetry))
+        )
+        if executor is not None:
+            executor.add_observer(telemetry)
+
+    def __repr__(self) -> str:
+        where = "every executor" if self.executor is None else repr(self.executor)
+        return f"Instrumentation({where})"
+
+    def uninstrument(self) -> None:
+        """Stop reporting calls that start from now on; calling it twice does nothing more."""
+        self._withdraw()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.uninstrument()
+
+
+def instrument(
+    executor: EffectExecutor | None = None,
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: Any = None,
+    record_arguments: Iterable[str] = (),
+) -> Instrumentation:
+    """Report every effect call as OpenTelemetry spans, span events and metrics.
+
+    Covers every call in the process, whichever executor runs it, or only the
+    calls of ``executor`` when one is given, from calls that start from now
+    on. Spans and metrics go to ``tracer_provider`` and ``meter_provider``
+    (OpenTelemetry's global providers when None, which are no-ops until the
+    application installs an SDK). Arguments are never recorded, except for
+    the contracts named in ``record_arguments``, and even then a value named
+    in the contract's ``redact=`` is recorded as ``"[redacted]"``.
+    """
+    if isinstance(record_arguments, str):
+        msg = "record_arguments takes contract names (a list), not one string"
+        raise TypeError(msg)
+    if executor is not None and not isinstance(executor, EffectExecutor):
+        msg = f"instrument() takes an EffectExecutor, not {type(executor).__name__}"
+        raise TypeError(msg)
+    telemetry = EffectTelemetry(tracer_provider, meter_provider, record_arguments)
+    return Instrumentation(telemetry, executor)

@@ -1,0 +1,36 @@
+"""An adapter imported without its extra says which extra to install; the package needs none."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HIDE = "import sys\nfor name in {names!r}:\n    sys.modules[name] = None\n"
+
+
+def _import(module: str, hidden: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+    """Import ``module`` in a fresh interpreter in which ``hidden`` cannot be imported."""
+    source = HIDE.format(names=hidden) + f"import {module}\n"
+    return subprocess.run(
+        [sys.executable, "-c", source], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.mark.parametrize("missing", ["langgraph", "langchain_core"])
+def test_the_langgraph_adapter_without_its_extra_names_the_extra(missing):
+    """ImportError naming effectguard[langgraph], whichever of its packages is missing."""
+    done = _import("effectguard.adapters.langgraph", (missing,))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ImportError: effectguard.adapters.langgraph needs the 'langgraph' extra"
+    )
+    assert "pip install 'effectguard[langgraph]'" in last
+
+
+def test_the_adapters_package_imports_no_framework():
+    """effectguard.adapters (the shared part) imports with every framework hidden."""
+    done = _import("effectguard.adapters", ("langgraph", "langchain_core", "pydantic_ai"))
+    assert done.returncode == 0, done.stderr

@@ -1,0 +1,254 @@
+"""The lean SQLite write path (issue 15): one fenced UPDATE per transition, the same bytes stored.
+
+A transition starts from the row the ledger last wrote and writes only the
+changed columns; the chain document is written from a fixed template. Neither
+may change a single stored byte: a ledger written by effectguard before the
+change must still verify, and the same writes through the lean and the
+general path must leave identical files.
+
+``data/pre_issue15.db`` was written by ``main`` at 85eb98a (``git archive`` of
+it first on ``PYTHONPATH``), with a ManualClock at 1,700,000,000.25: through the
+executor, ``pay:ünïcødé-1`` confirmed (non-ASCII arguments and output),
+``pay:2`` rejected with nested evidence, ``pay:3`` and ``pay:4`` quarantined
+after a handler error, then ``pay:4`` confirmed by an operator; checkpointed
+and vacuumed. 4 operations, 17 events, all verified clean when written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from effectguard import EffectContract, EffectExecutor
+from effectguard.errors import FencedWriteError
+from effectguard.fingerprint import canonical_json
+from effectguard.ledger import chain
+from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease, NewOperation
+from effectguard.ledger.sqlite import SQLiteEffectLedger
+from effectguard.model import EffectStatus, EventType, LeaseOwner
+from effectguard.testkit import FakePaymentProvider
+
+FIXTURE = Path(__file__).parent / "data" / "pre_issue15.db"
+OWNER = LeaseOwner(host="fixture-host", boot_id="b", pid_namespace="n", pid=4242, start_time="1")
+NOW = 1_700_000_000.0
+FIRST, SECOND = "token-1", "token-2"
+
+
+def _claim(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
+    operation = NewOperation(
+        operation_id, "c", 1, "f" * 64, "key-1", {"a": "ü"}, 3, Lease(token, OWNER, 30.0)
+    )
+    drafts = (
+        EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
+        EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
+    )
+    ledger.claim(operation, drafts, now=NOW)
+
+
+def _confirm(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
+    changes = Changes(
+        EffectStatus.CONFIRMED,
+        lease=None,
+        output_json='{"ok":true}',
+        provider_operation_id="ch_1",
+        evidence={"handler": "returned", "note": "grüße"},
+    )
+    event = EventDraft(
+        EventType.CONFIRMED,
+        EffectStatus.DISPATCHED,
+        EffectStatus.CONFIRMED,
+        1,
+        {"handler": "returned", "note": "grüße"},
+    )
+    ledger.transition(operation_id, Expect(lease_token=token), changes, (event,), now=NOW + 1)
+
+
+def _dump(path: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        operations = conn.execute("SELECT * FROM operations ORDER BY operation_id").fetchall()
+        events = conn.execute("SELECT * FROM events ORDER BY operation_id, seq").fetchall()
+        claims = conn.execute("SELECT * FROM claims ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    return [*operations, *events, *claims]
+
+
+@pytest.mark.parametrize(
+    ("operation_id", "evidence", "commits"),
+    [
+        ("op:1", {}, None),
+        ("ünïcødé:✓", {"b": [1, 2.5, None, True], "a": {"z": "é", "y": -3}}, {"attempts": 2}),
+        ('quote"and\\back\nslash\u2028', {"x": "\u0000\t"}, {"lease": None, "output": "ab12"}),
+        ("op:2", {"k": 1e300, "j": -0.0}, {}),
+    ],
+)
+def test_the_template_writes_the_general_encoders_bytes(operation_id, evidence, commits):
+    """document_text is canonical_json(chain_document(...)), byte for byte, for odd values too."""
+    for from_status in (None, EffectStatus.DISPATCHED):
+        general = canonical_json(
+            chain.chain_document(
+                operation_id,
+                7,
+                EventType.CONFIRMED,
+                from_status,
+                EffectStatus.CONFIRMED,
+                2,
+                1_700_000_000_123_456,
+                evidence,
+                commits,
+            )
+        )
+        template = chain.document_text(
+            operation_id,
+            7,
+            EventType.CONFIRMED,
+            from_status,
+            EffectStatus.CONFIRMED,
+            2,
+            1_700_000_000_123_456,
+            canonical_json(evidence) if evidence else None,
+            canonical_json(commits) if commits else None,
+        )
+        assert template == general
+        assert chain.chain_hash(b"x", template) == chain.chain_hash(
+            b"x", json.loads(general)
+        )
+
+
+def test_a_ledger_written_before_the_change_verifies_and_rehashes_identically(tmp_path):
+    """Every stored event of a pre-change ledger hashes the same through today's append."""
+    path = tmp_path / "old.db"
+    shutil.copyfile(FIXTURE, path)
+    with SQLiteEffectLedger(path) as ledger:
+        report = ledger.verify()
+        assert report.problems == ()
+        assert report.operations_checked == 4
+        assert report.events_checked == 17
+        for record in ledger.list_operations():
+            events = ledger.events(record.operation_id)
+            head = None
+            for event in events:
+                draft = EventDraft(
+                    event.type, event.from_status, event.to_status, event.attempt, event.evidence
+                )
+                chained, _, head = chain.append(
+                    record.operation_id,
+                    [draft],
+                    event.seq - 1,
+                    head,
+                    chain.to_micros(event.at),
+                    event.commits,
+                )
+                assert chained[0][6] == event.hash
+            assert head == record.event_head
+
+
+def test_a_pre_change_ledger_takes_new_writes_and_still_verifies(tmp_path):
+    """An operator resolution and fresh calls written today extend the old chains cleanly."""
+    path = tmp_path / "old.db"
+    shutil.copyfile(FIXTURE, path)
+    provider = FakePaymentProvider(path=tmp_path / "provider.db")
+    contract = EffectContract(
+        name="fixture.pay", operation_id=lambda a: f"pay:{a['invoice_id']}"
+    )
+    with SQLiteEffectLedger(path) as ledger:
+        ledger.reject("pay:3", actor="ops", reason="never reached", evidence_reference="T-2")
+        arguments = {"invoice_id": "5", "amount_cents": 6}
+        result = EffectExecutor(ledger).execute(contract, arguments, provider.handler)
+        assert result.status is EffectStatus.CONFIRMED
+        assert ledger.verify().problems == ()
+    assert provider.committed() == 1
+
+
+def test_lean_and_general_paths_store_identical_bytes(tmp_path):
+    """The same claims and transitions, lean or general, leave the very same rows and events."""
+    lean = SQLiteEffectLedger(tmp_path / "lean.db")
+    general = SQLiteEffectLedger(tmp_path / "general.db")
+    general._lean = False  # the fallback for SQLite < 3.35, forced
+    for ledger in (lean, general):
+        for n in range(3):
+            _claim(ledger, f"op:{n}", f"token-{n}")
+        _confirm(ledger, "op:0", "token-0")
+        ledger.renew("op:1", "token-1", 60.0, now=NOW + 0.5)
+        _confirm(ledger, "op:1", "token-1")
+        ledger.close()
+    assert _dump(tmp_path / "lean.db") == _dump(tmp_path / "general.db")
+    with SQLiteEffectLedger(tmp_path / "lean.db") as reopened:
+        assert reopened.verify().problems == ()
+        assert reopened.get("op:1", now=NOW + 2).lease_expires_at is None
+
+
+def test_a_transition_after_a_claim_reads_no_row(tmp_path):
+    """The move to CONFIRMED after this ledger's claim is one UPDATE, no SELECT of the row."""
+    ledger = SQLiteEffectLedger(tmp_path / "l.db")
+    _claim(ledger, "op:1", "token-1")
+    statements: list[str] = []
+    ledger._open(write=True).set_trace_callback(statements.append)
+    _confirm(ledger, "op:1", "token-1")
+    ledger._open(write=True).set_trace_callback(None)
+    reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
+    updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
+    assert reads == []
+    assert len(updates) == 1
+    assert "RETURNING" in updates[0]
+    assert ledger.get("op:1").status is EffectStatus.CONFIRMED
+    ledger.close()
+
+
+def test_a_stale_guess_falls_back_and_the_fence_still_holds(tmp_path):
+    """A row another handle moved on is read again: the fence refuses, nothing is written."""
+    path = tmp_path / "l.db"
+    first = SQLiteEffectLedger(path)
+    second = SQLiteEffectLedger(path)
+    _claim(first, "op:1", "token-1")
+    # Another writer (another process, in effect) takes the lease over.
+    second.transition(
+        "op:1",
+        Expect(lease_token=FIRST),
+        Changes(EffectStatus.RECONCILING, lease=Lease(SECOND, OWNER, 30.0)),
+        (EventDraft(EventType.RECONCILING, EffectStatus.DISPATCHED, EffectStatus.RECONCILING, 1),),
+        now=NOW + 0.5,
+    )
+    with pytest.raises(FencedWriteError, match="lease token"):
+        _confirm(first, "op:1", "token-1")
+    record = first.get("op:1")
+    assert record.status is EffectStatus.RECONCILING
+    assert record.event_count == 3
+    # The fenced-out writer's stale guess is gone: the new holder's write works through it.
+    first.transition(
+        "op:1",
+        Expect(lease_token=SECOND),
+        Changes(EffectStatus.QUARANTINED, lease=None),
+        (EventDraft(EventType.QUARANTINED, EffectStatus.RECONCILING, EffectStatus.QUARANTINED, 1),),
+        now=NOW + 1,
+    )
+    assert first.verify().problems == ()
+    first.close()
+    second.close()
+
+
+def test_a_stale_guess_with_a_matching_fence_writes_from_the_stored_row(tmp_path):
+    """When another handle appended under the same lease, the write extends the stored chain."""
+    path = tmp_path / "l.db"
+    first = SQLiteEffectLedger(path)
+    second = SQLiteEffectLedger(path)
+    _claim(first, "op:1", "token-1")
+    second.transition(
+        "op:1",
+        Expect(lease_token=FIRST),
+        Changes(EffectStatus.DISPATCHED, evidence={"late": True}),
+        (EventDraft(EventType.LATE_RESULT, EffectStatus.DISPATCHED, EffectStatus.DISPATCHED, 1),),
+        now=NOW + 0.5,
+    )
+    _confirm(first, "op:1", "token-1")
+    record = first.get("op:1")
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.event_count == 4
+    assert first.verify().problems == ()
+    first.close()
+    second.close()
