@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from effectguard.ledger import chain, committed
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, NewOperation
+from effectguard.ledger.reader import READER_ORDER, record_reader
 from effectguard.ledger.values import Kind, as_utc, dumper, loader, same_micros, status
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord
 
@@ -112,6 +113,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
 )
 
 _RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(OperationRecord))
+_LIVE_AT = _RECORD_FIELDS.index("lease_live")
 _EVENT_FIELDS = tuple(field.name for field in dataclasses.fields(EffectEvent))
 # The mapper builds records and events positionally, so the column lists must
 # follow their field order; checked once, at import, rather than trusted.
@@ -120,11 +122,18 @@ if tuple(c.field for c in OPERATION_COLUMNS) != tuple(
 ) or tuple(c.field for c in EVENT_COLUMNS) != _EVENT_FIELDS:
     _msg = "ledger schema columns are out of step with OperationRecord / EffectEvent fields"
     raise TypeError(_msg)
-_LIVE_AT = _RECORD_FIELDS.index("lease_live")
 # Where an unreadable event's identity is salvaged from.
 _EVENT_ID, _EVENT_SEQ, _EVENT_HASH = (
     _EVENT_FIELDS.index(name) for name in ("operation_id", "seq", "hash")
 )
+
+
+if (
+    tuple((c.field, c.kind) for c in OPERATION_COLUMNS) != READER_ORDER
+    or _RECORD_FIELDS.index("lease_live") != READER_ORDER.index(("overlap", Kind.OVERLAP))
+):
+    _msg = "ledger schema columns are out of step with the record reader"
+    raise TypeError(_msg)
 
 
 class Version(NamedTuple):
@@ -158,6 +167,7 @@ class Rows:
         self.store_time = store_time
         self._by_field = {c.field: c.name_in(backend) for c in OPERATION_COLUMNS}
         self._load = tuple(loader(c.kind, load_time) for c in OPERATION_COLUMNS)
+        self._read = record_reader(load_time)
         self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
         self._load_by_name = dict(zip(self.operation_columns, self._load, strict=True))
@@ -190,7 +200,7 @@ class Rows:
 
     def record(self, row: Sequence[Any], now: Any) -> OperationRecord:
         """Return the operation in ``row``, its lease judged live or not at ``now``."""
-        return self.assembled(self.decoded(row), row[self._token], row[self._expires], now)
+        return self._read(row, now)
 
     def decoded(self, row: Sequence[Any]) -> list[Any]:
         """Return the record's values of operation ``row``, in column order."""
