@@ -22,9 +22,9 @@ from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 agents = import_extra("agents", "openai-agents")
 
 from agents import Runner  # noqa: E402 - after the extra's check
-from openai_agents_support import OFFLINE, ScriptModel, say, shop_agent, tool_call  # noqa: E402
+from openai_agents_support import OFFLINE, ScriptModel, say, shop_agent, tool_call  # noqa: E402 - imports agents
 
-from effectguard.adapters.openai_agents import asettle_input, settle_input  # noqa: E402
+from effectguard.adapters.openai_agents import asettle_input, settle_input  # noqa: E402 - after the check
 
 CHARGED = {"id": "cap_000001", "status": "succeeded", "invoice_id": "INV-7", "amount_cents": 2000}
 
