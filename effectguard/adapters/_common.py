@@ -322,6 +322,30 @@ def _still_pending(
     return None
 
 
+def require_recorded(
+    fn: Any, arguments: Mapping[str, Any], *, scope: CallScope, tool: str, tool_call_id: str
+) -> str:
+    """Refuse, before anything is sent, a resumed call whose operation the ledger does not hold.
+
+    For a framework that re-runs a paused step from its start (LangGraph), so
+    the call runs again before the resume step could check: the pause was for
+    a recorded operation, and without its record running the call would
+    dispatch it afresh. Returns the operation id; raises
+    :class:`OperationNotFoundError` naming it otherwise.
+    """
+    with call_scope(run_id=scope.run_id, call_id=scope.call_id):
+        operation_id = operation_id_of(fn, **arguments)
+    if executor_of(fn).ledger.get(operation_id) is None:
+        msg = (
+            f"{tool}: tool call {tool_call_id} is being resumed, but its operation "
+            f"{operation_id!r} is not in the ledger; nothing was sent. Resume with the ledger "
+            "the run paused with (a sibling call cancelled before it was recorded, as a plain "
+            "async ToolNode does, needs EffectToolNode)"
+        )
+        raise OperationNotFoundError(operation_id) from ConfigurationError(msg)
+    return operation_id
+
+
 def resume_effect(
     fn: Any, arguments: Mapping[str, Any], *, pending: PendingEffect, scope: CallScope
 ) -> Outcome:

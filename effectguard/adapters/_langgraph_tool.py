@@ -5,6 +5,7 @@ The public face is :mod:`effectguard.adapters.langgraph`; see it for what these 
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
@@ -21,6 +22,7 @@ from effectguard.adapters._common import (
     Confirmed,
     Outcome,
     Pending,
+    require_recorded,
     resume_effect,
     resume_effect_async,
     run_effect,
@@ -106,8 +108,26 @@ def _answer(outcome: Outcome, tool: str, tool_call_id: str) -> Any:
     )
 
 
+def _resuming() -> bool:
+    """True when LangGraph is re-running this node to resume it, so it paused here before.
+
+    Read from the task's scratchpad, where ``interrupt()`` itself finds the resume
+    values (LangGraph keeps no public flag for it). If that internal ever moves,
+    this says False and the resume step's own ledger check is what remains.
+    """
+    try:
+        from langgraph._internal._constants import CONFIG_KEY_SCRATCHPAD  # noqa: PLC0415 - see above
+
+        scratchpad = get_config()["configurable"][CONFIG_KEY_SCRATCHPAD]
+        return bool(scratchpad.resume) or scratchpad.get_null_resume(False) is not None  # noqa: FBT003 - LangGraph's positional flag: do not consume it
+    except (ImportError, KeyError, AttributeError, RuntimeError, TypeError):
+        return False
+
+
 def _call(fn: Any, tool: str, arguments: Mapping[str, Any], tool_call_id: str) -> Any:
     scope = _graph_scope(tool, tool_call_id)
+    if _resuming():
+        require_recorded(fn, arguments, scope=scope, tool=tool, tool_call_id=tool_call_id)
     outcome = run_effect(fn, arguments, scope=scope, tool=tool, tool_call_id=tool_call_id)
     while isinstance(outcome, Pending):
         interrupt(outcome.effect.to_json())  # the resume value is never trusted
@@ -117,6 +137,10 @@ def _call(fn: Any, tool: str, arguments: Mapping[str, Any], tool_call_id: str) -
 
 async def _acall(fn: Any, tool: str, arguments: Mapping[str, Any], tool_call_id: str) -> Any:
     scope = _graph_scope(tool, tool_call_id)
+    if _resuming():
+        await asyncio.to_thread(
+            require_recorded, fn, arguments, scope=scope, tool=tool, tool_call_id=tool_call_id
+        )
     outcome = await run_effect_async(
         fn, arguments, scope=scope, tool=tool, tool_call_id=tool_call_id
     )

@@ -32,11 +32,6 @@ def _invoke(graph, value, *, is_async):
     return graph.invoke(value, CONFIG)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (review): LangGraph re-runs the node and run_effect dispatches afresh "
-    "before resume_effect's ledger check; remove this marker with the fix",
-)
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 def test_resuming_against_a_ledger_without_the_operation_sends_nothing(tmp_path, is_async):
     """Paused on a QUARANTINED capture; the ledger file is replaced by an empty one; resume."""
