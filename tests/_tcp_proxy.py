@@ -6,6 +6,8 @@ failover looks to a client; ``restore()`` lets connections through again.
 server and run to completion (its ReadyForQuery, so any commit, is seen), then
 drops the connection before the client reads the answer: a lost acknowledgement;
 its ``then`` runs at that moment, before the client learns of the drop.
+``round_trips`` counts the requests the server has finished (its ReadyForQuery
+messages), so a test can count what a call costs in round trips, not time.
 The shared server itself is never touched.
 """
 
@@ -49,6 +51,7 @@ class TcpProxy:
         self._marker: bytes | None = None
         self._then: Callable[[], None] | None = None
         self.replies_lost = 0
+        self.round_trips = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
     @classmethod
@@ -125,8 +128,16 @@ class TcpProxy:
 
     def _downward(self, pair: _Pair) -> None:
         seen = b""
+        tail = b""
         try:
             while data := pair.upstream.recv(65536):
+                # The bytes kept from the last chunk cannot hold a whole ReadyForQuery.
+                window = tail + data
+                tail = window[-(len(_READY_FOR_QUERY) - 1) :]
+                finished = window.count(_READY_FOR_QUERY)
+                if finished:
+                    with self._lock:
+                        self.round_trips += finished
                 if pair.losing_reply:
                     seen = (seen + data)[-len(_READY_FOR_QUERY) - 1 :]
                     if _READY_FOR_QUERY in seen or _READY_FOR_QUERY in data:

@@ -7,12 +7,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from effectguard.ledger.anchor import AnchorHead
-from effectguard.ledger.protocol import Changes, EffectLedger, EventDraft, Expect, NewOperation
+from effectguard.ledger.protocol import (
+    Changes,
+    EffectLedger,
+    EventDraft,
+    Expect,
+    NewOperation,
+    claims_first,
+)
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
 __all__ = ["CountingLedger"]
 
-#: The primitives that write; each is one commit (EffectLedger's contract).
+#: The primitives that write; each is one commit (EffectLedger's contract). A claim
+#: that found its operation already there is counted as ``claim_found``, a read.
 WRITES = ("claim", "transition", "renew")
 
 
@@ -24,21 +32,28 @@ class CountingLedger:
         self.calls: Counter[str] = Counter()
 
     @property
+    def claims_first(self) -> bool:
+        """Whether the ledger counted claims before it reads (see :func:`claims_first`)."""
+        return claims_first(self.ledger)
+
+    @property
     def writes(self) -> int:
         """Commits so far: every claim, transition and renewal."""
         return sum(self.calls[name] for name in WRITES)
 
     @property
     def reads(self) -> int:
-        """Plain reads of one operation so far."""
-        return self.calls["get"]
+        """Plain reads of one operation so far, counting claims that found it instead."""
+        return self.calls["get"] + self.calls["claim_found"]
 
     def claim(
         self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
-        self.calls["claim"] += 1
-        return self.ledger.claim(operation, events, now=now)
+        claimed = self.ledger.claim(operation, events, now=now)
+        # A claim that found the operation committed nothing: it was a read.
+        self.calls["claim" if claimed[1] else "claim_found"] += 1
+        return claimed
 
     def transition(
         self,

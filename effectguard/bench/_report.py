@@ -207,7 +207,8 @@ class BenchReport:
             (
                 (
                     f"guarded call ({calls['commits_per_call']:g} commits, "
-                    f"{calls['reads_per_call']:g} read)"
+                    f"{calls['reads_per_call']:g} "
+                    f"read{'' if calls['reads_per_call'] == 1 else 's'})"
                 ),
                 self.guarded,
             ),

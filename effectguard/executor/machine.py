@@ -38,7 +38,14 @@ from effectguard.executor.peers import PeerWait
 from effectguard.executor.redaction import scrub_write
 from effectguard.executor.replays import ReplayCache
 from effectguard.executor.steps import Call, HandlerStep, LedgerStep, Machine, PauseStep, Step
-from effectguard.ledger.protocol import Changes, EffectLedger, EventDraft, Expect, Lease
+from effectguard.ledger.protocol import (
+    Changes,
+    EffectLedger,
+    EventDraft,
+    Expect,
+    Lease,
+    claims_first,
+)
 from effectguard.model import EffectResult, EffectStatus, OperationRecord
 
 __all__ = ["StateMachine"]
@@ -230,9 +237,12 @@ class StateMachine:
         """The rules of :meth:`run`, without reporting the result."""
         ledger = self.ledger
         waiting = PeerWait(call.wait_seconds, self._clock, self.poll_interval)
-        # Replaying a terminal operation is a plain read: no write lock is taken.
-        record: OperationRecord | None = yield LedgerStep(
-            lambda: ledger.get(call.operation_id, now=self.now())
+        # Replaying a terminal operation is a plain read: no write lock is taken. A ledger
+        # that claims first reads by claiming; its claim writes nothing when the row exists.
+        record: OperationRecord | None = (
+            None
+            if claims_first(ledger)
+            else (yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now())))
         )
         while True:
             if record is None:

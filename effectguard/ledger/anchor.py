@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -30,12 +31,26 @@ from typing import Any
 from effectguard.errors import InvalidRequestError
 from effectguard.model import VerifyProblem, VerifyReport
 
-__all__ = ["FORMAT", "START", "AnchorHead", "advance", "check", "compare", "item", "merged"]
+__all__ = [
+    "FORMAT",
+    "START",
+    "AnchorHead",
+    "advance",
+    "check",
+    "check_shards",
+    "compare",
+    "item",
+    "joined",
+    "merged",
+    "shards_of",
+]
 
 #: The running hash before the first claim.
 START = b""
 #: The ``format`` of an exported head.
 FORMAT = "effectguard-anchor-v1"
+#: Bytes one shard's head takes in a sharded anchor's ``running``: its count, then its hash.
+_SHARD_HEAD = 8 + 32
 
 
 def item(operation_id: str, claim_hash: bytes) -> bytes:
@@ -171,6 +186,84 @@ def compare(expected: AnchorHead, running_then: bytes | None, current: AnchorHea
             "the anchor was rewritten"
         )
     return None
+
+
+def joined(heads: Sequence[AnchorHead]) -> AnchorHead:
+    """Return the head of an anchor kept in shards, from each shard's head in shard order.
+
+    Its ``count`` is every shard's claims; its ``running`` is each shard's
+    count (8 bytes, big-endian) and running hash (32 bytes, zeros while the
+    shard is empty), in order, so an exported head still pins every shard.
+    """
+    encoded = b"".join(
+        head.count.to_bytes(8, "big") + bytes(head.running)[:32].ljust(32, b"\0") for head in heads
+    )
+    return AnchorHead(sum(head.count for head in heads), encoded)
+
+
+def shards_of(head: AnchorHead) -> tuple[AnchorHead, ...] | None:
+    """Return the shard heads a :func:`joined` head holds, or None for a single chain's head."""
+    running = bytes(head.running)
+    if len(running) in (0, 32) or len(running) % _SHARD_HEAD:
+        return None
+    shards = []
+    for start in range(0, len(running), _SHARD_HEAD):
+        count = int.from_bytes(running[start : start + 8], "big")
+        hashed = running[start + 8 : start + _SHARD_HEAD] if count else START
+        shards.append(AnchorHead(count, hashed))
+    return tuple(shards)
+
+
+def check_shards(
+    claims: Iterable[Sequence[Any]],
+    unanchored: Iterable[str],
+    shards: int,
+    expected: AnchorHead | None = None,
+) -> tuple[list[VerifyProblem], AnchorHead]:
+    """Walk an anchor kept in ``shards`` chains; return its problems and its :func:`joined` head.
+
+    ``claims`` yields ``(shard, *AnchorRow)`` rows ordered by shard, then
+    ``seq``; each shard is one chain, checked as :func:`check` checks the
+    whole anchor. ``expected`` is a head exported earlier: a joined one pins
+    every shard; a single chain's (exported before the anchor was sharded)
+    pins shard 0, which continues that chain.
+    """
+    pinned = shards_of(expected) if expected is not None else None
+    if expected is not None and pinned is None:
+        pinned = (expected,)
+    problems: list[VerifyProblem] = []
+    if pinned is not None and len(pinned) > shards:
+        problems.append(
+            VerifyProblem(
+                "(anchor)",
+                None,
+                f"the exported head has {len(pinned)} anchor shards but the ledger has {shards}: "
+                "the anchor was rewritten",
+            )
+        )
+    heads = [AnchorHead(0, START)] * shards
+    walked: set[int] = set()
+    for shard, rows in itertools.groupby(claims, key=lambda row: int(row[0])):
+        if not 0 <= shard < shards:
+            msg = f"anchor shard {shard} is not one of the ledger's {shards} shards"
+            problems.append(VerifyProblem("(anchor)", None, msg))
+            continue
+        walked.add(shard)
+        found, heads[shard] = check((row[1:] for row in rows), (), _pin(pinned, shard))
+        problems.extend(found)
+    for shard in range(shards):
+        if shard not in walked and _pin(pinned, shard) is not None:
+            found, _ = check((), (), _pin(pinned, shard))
+            problems.extend(found)
+    problems.extend(
+        VerifyProblem(operation_id, None, "operation is not in the claims anchor")
+        for operation_id in unanchored
+    )
+    return problems, joined(heads)
+
+
+def _pin(pinned: tuple[AnchorHead, ...] | None, shard: int) -> AnchorHead | None:
+    return pinned[shard] if pinned is not None and shard < len(pinned) else None
 
 
 def merged(

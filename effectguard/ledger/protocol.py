@@ -40,6 +40,7 @@ __all__ = [
     "Unset",
     "Versioned",
     "check_limit",
+    "claims_first",
     "describe_mismatch",
 ]
 
@@ -255,6 +256,17 @@ class Versioned(Protocol):
     def event_count(self) -> int:
         """How many events it has."""
         ...
+
+
+def claims_first(ledger: object) -> bool:
+    """Whether a call should claim an operation before reading it (the ledger's ``claims_first``).
+
+    A ledger whose ``claim`` costs no more than a read, and returns the row it
+    finds without writing anything when the operation exists, sets
+    ``claims_first = True``: a new operation then takes one round trip fewer,
+    and an existing one is read by the claim. Every other ledger is read first.
+    """
+    return getattr(ledger, "claims_first", False) is True
 
 
 def check_limit(limit: object) -> None:

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from effectguard.ledger import chain, committed
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, NewOperation
+from effectguard.ledger.reader import READER_ORDER, record_reader
 from effectguard.ledger.values import Kind, as_utc, dumper, loader, same_micros, status
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord
 
@@ -127,6 +128,14 @@ _EVENT_ID, _EVENT_SEQ, _EVENT_HASH = (
 )
 
 
+if (
+    tuple((c.field, c.kind) for c in OPERATION_COLUMNS) != READER_ORDER
+    or _RECORD_FIELDS.index("lease_live") != READER_ORDER.index(("overlap", Kind.OVERLAP))
+):
+    _msg = "ledger schema columns are out of step with the record reader"
+    raise TypeError(_msg)
+
+
 class Version(NamedTuple):
     """What a fenced write checks of a row: its status, lease and event count."""
 
@@ -157,6 +166,7 @@ class Rows:
         self.event_columns = tuple(c.name_in(backend) for c in EVENT_COLUMNS)
         self.store_time = store_time
         self._by_field = {c.field: c.name_in(backend) for c in OPERATION_COLUMNS}
+        self._read = record_reader(load_time)
         self._load = tuple(loader(c.kind, load_time) for c in OPERATION_COLUMNS)
         self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
@@ -190,7 +200,7 @@ class Rows:
 
     def record(self, row: Sequence[Any], now: Any) -> OperationRecord:
         """Return the operation in ``row``, its lease judged live or not at ``now``."""
-        return self.assembled(self.decoded(row), row[self._token], row[self._expires], now)
+        return self._read(row, now)
 
     def decoded(self, row: Sequence[Any]) -> list[Any]:
         """Return the record's values of operation ``row``, in column order."""

@@ -85,6 +85,7 @@ def test_an_older_schema_is_migrated_forward_keeping_its_operations(tmp_path):
     conn = sqlite3.connect(path, isolation_level=None)
     for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
         conn.execute(f"DROP INDEX {index}")
+    conn.execute("DROP INDEX operations_needing_attention")
     conn.execute("DROP TABLE claims")
     conn.execute("ALTER TABLE events DROP COLUMN commits")
     conn.execute("PRAGMA user_version = 1")
@@ -250,6 +251,7 @@ def test_a_version_2_ledger_is_anchored_on_migration_and_reports_its_legacy_rows
             (event.hash, OPERATION, event.seq),
         )
     conn.execute("UPDATE operations SET event_head = ?", (linked[-1].hash,))
+    conn.execute("DROP INDEX operations_needing_attention")
     conn.execute("DROP TABLE claims")
     conn.execute("ALTER TABLE events DROP COLUMN commits")
     conn.execute("PRAGMA user_version = 2")

@@ -3,7 +3,11 @@
 **Claims.** One ``INSERT … ON CONFLICT DO NOTHING`` that also inserts the
 PREPARED and DISPATCHED events (a data-modifying CTE, in autocommit): of any
 number of racing claimants on any hosts exactly one creates the row, and the
-row and its events are committed, durably, when that statement returns.
+row and its events are committed, durably, when that statement returns. The
+same statement returns the row it found when the id is taken (writing
+nothing), so a claim is also a call's first read (``claims_first``). Each
+claim appends to one of the claims anchor's 16 shards, the first whose head
+no other uncommitted claim holds, so claims do not queue on one row lock.
 
 **Every later write is optimistic.** The writer reads the row (its event count
 and chain head, and the server's time, in one round trip), checks its
@@ -25,8 +29,10 @@ operation less than a second ago starts from that view instead of reading:
 the row as it was then, and the server's time then plus the time elapsed
 here (:mod:`effectguard.ledger.postgres.recent`). The conditional statement
 makes a stale view harmless (it changes nothing and the write reads and
-retries as above), so a guarded call (read, claim, outcome) takes three
-round trips instead of five.
+retries as above), so a guarded call (claim, outcome) takes two round trips.
+A claim has no row to start from, only the server's time: it uses the last
+time any statement reported plus the time elapsed here, which the claim
+statement refuses when it is more than 0.5 s off the server's clock.
 
 **Time.** Without an explicit ``now`` (or a ``clock=``), the database server's
 clock is the ledger's clock: the time read with the row (or, within a second
@@ -53,10 +59,11 @@ translated at); the SQL text and the row mapping are driver-free modules.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Self
 
 from effectguard.errors import (
@@ -83,6 +90,7 @@ from effectguard.ledger.postgres.connections import (
 from effectguard.ledger.postgres.recent import Recent
 from effectguard.ledger.postgres.sql import (
     ANCHOR_MIGRATION,
+    ANCHOR_SHARDS,
     SCHEMA_VERSION,
     Statements,
     advisory_lock_key,
@@ -109,6 +117,8 @@ _WRITE_ROUNDS = 16
 _VERIFY_BATCH = 2000
 # The SQLSTATE of a duplicate key (unique_violation).
 _UNIQUE_VIOLATION = "23505"
+# How far a claim's estimate of the server's clock may be off before the server refuses it.
+_CLAIM_SKEW = timedelta(milliseconds=500)
 
 _SchemaState = tuple[bool, bool, bool, int]
 
@@ -172,6 +182,9 @@ class PostgresEffectLedger(OperatorResolution):
         )
         self._prepare(create=create)
 
+    #: A claim finds an existing row in its one round trip and writes nothing then.
+    claims_first = True
+
     def __repr__(self) -> str:
         return f"PostgresEffectLedger({self._where!r}, schema={self.schema!r})"
 
@@ -197,12 +210,13 @@ class PostgresEffectLedger(OperatorResolution):
                 for number in range(version + 1, SCHEMA_VERSION + 1):
                     conn.execute(self._sql.migration(number))
                     conn.execute(self._sql.record_version, (number,))
-                    if number == ANCHOR_MIGRATION:
-                        self._anchor_unanchored(conn)
+                if version < ANCHOR_MIGRATION:
+                    # Operations claimed before the anchor existed join its shard 0.
+                    self._anchor_unanchored(conn)
 
     def _anchor_unanchored(self, conn: Connection) -> None:
         """Anchor every operation not yet anchored, in id order (migration, bulk load)."""
-        head = conn.execute(self._sql.anchor_head + " FOR UPDATE").fetchone()
+        head = conn.execute(self._sql.anchor_head).fetchone()
         if head is None:
             msg = f"the claims anchor of schema {self.schema!r} has no head row"
             raise InternalError(msg)
@@ -323,41 +337,66 @@ class PostgresEffectLedger(OperatorResolution):
     def claim(
         self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
-        """See :meth:`EffectLedger.claim`."""
-        lease = operation.lease
-        moment = self._given(now)
-        seen = self._recent.get(operation.operation_id)
-        if moment is None and seen is not None and seen.record is None:
-            # This thread just found no such operation: the insert below still checks.
-            moment = seen.server_now()
-        elif moment is None:
-            # The events' times are hashed, so the server's time is needed first.
-            existing, moment = self._fetch(operation.operation_id, None)
+        """See :meth:`EffectLedger.claim`: one round trip, whether it inserts or finds the row."""
+        operation_id = operation.operation_id
+        given = self._given(now)
+        # The events' times are hashed, so the claim needs the server's time before it
+        # is sent: an estimate the statement checks, else (first use) a read.
+        skew: timedelta | None = None if given is not None else _CLAIM_SKEW
+        if given is None and self._recent.server_now() is None:
+            existing, fresh = self._fetch(operation_id, None)
             if existing is not None:
                 return existing, False
-        params = rows.created(operation, events, moment)
-
-        def work(conn: Connection) -> tuple[Any, ...] | None:
-            return conn.execute(self._sql.claim, params).fetchone()
-
+            skew, given = None, fresh
         lost = False
         for _ in range(_WRITE_ROUNDS):
             try:
-                row = self._db.run(work)
+                row, moment = self._db.run(
+                    functools.partial(self._insert, operation, events, given, skew)
+                )
             except ConnectionLost:
                 lost = True
-                existing, _ = self._read_back(operation.operation_id, now)
-            else:
-                if row is not None:
-                    record = POSTGRES.record(row, moment)
-                    self._recent.wrote(record)
-                    return record, True
-                existing, _ = self._fetch(operation.operation_id, now)
-            if existing is not None:
-                # After a lost connection, only this claim's own token proves it committed.
-                return existing, lost and existing.lease_token == lease.token
-        msg = f"could not claim operation {operation.operation_id!r}: it keeps changing"
+                existing, _ = self._read_back(operation_id, now)
+                if existing is not None:
+                    # After a lost connection, only this claim's own token proves it committed.
+                    return existing, existing.lease_token == operation.lease.token
+                continue
+            server_time = rows.utc(row[0])
+            if row[1]:
+                record = POSTGRES.record(row[2:], moment)
+                self._recent.saw(operation_id, record, server_time)
+                return record, True
+            if row[2] is not None:
+                record = POSTGRES.record(row[2:], self._given(now) or server_time)
+                self._recent.saw(operation_id, record, server_time)
+                return record, lost and record.lease_token == operation.lease.token
+            # Nothing visible: the estimate was refused (try the server's own time, unchecked,
+            # as a read would give it) or a claim that raced this one committed after it began.
+            self._recent.clock(server_time)
+            skew = None
+        msg = f"could not claim operation {operation_id!r}: it keeps changing"
         raise LedgerLockedError(msg)
+
+    def _insert(
+        self,
+        operation: NewOperation,
+        events: Sequence[EventDraft],
+        given: datetime | None,
+        skew: timedelta | None,
+        conn: Connection,
+    ) -> tuple[tuple[Any, ...], datetime]:
+        """Run the claim statement, dated once a connection is in hand; its row and that date."""
+        moment = given or self._recent.server_now()
+        if moment is None:
+            msg = f"no server time to date the claim of {operation.operation_id!r} with"
+            raise InternalError(msg)
+        params = rows.created(operation, events, moment)
+        params["skew"] = skew
+        row = conn.execute(self._sql.claim, params).fetchone()
+        if row is None:
+            msg = f"the claim of {operation.operation_id!r} returned no row, not even the clock's"
+            raise InternalError(msg)
+        return row, moment
 
     def transition(
         self,
@@ -501,13 +540,13 @@ class PostgresEffectLedger(OperatorResolution):
     def anchor_head(self) -> AnchorHead:
         """See :meth:`EffectLedger.anchor_head`."""
 
-        def work(conn: Connection) -> tuple[Any, ...] | None:
-            return conn.execute(self._sql.anchor_head).fetchone()
+        def work(conn: Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(self._sql.anchor_heads).fetchall()
 
-        row = self._db.read(work)
-        return (
-            AnchorHead(0, anchors.START) if row is None else AnchorHead(int(row[0]), bytes(row[1]))
-        )
+        heads = [AnchorHead(0, anchors.START)] * ANCHOR_SHARDS
+        for shard, count, running in self._db.read(work):
+            heads[shard] = AnchorHead(int(count), bytes(running))
+        return anchors.joined(heads)
 
     def _verify(self, conn: Connection, anchor: AnchorHead | None) -> VerifyReport:
         with (
@@ -525,7 +564,8 @@ class PostgresEffectLedger(OperatorResolution):
             with conn.cursor(name="effectguard_verify_claims") as claims:
                 claims.itersize = _VERIFY_BATCH
                 claims.execute(self._sql.verify_claims)
-                return anchors.merged(report, *anchors.check(claims, unanchored, anchor))
+                found = anchors.check_shards(claims, unanchored, ANCHOR_SHARDS, anchor)
+                return anchors.merged(report, *found)
 
     def bulk_load(self, operations: bulk.Loadable) -> int:
         """Write ``operations`` and their events as given, in one transaction; return how many.

@@ -10,6 +10,12 @@ the time elapsed here, and the row as this thread last read or wrote it.
 That is only ever a first guess. Every write is a conditional statement on
 the row's event count and its fence, so a stale guess changes nothing and the
 write falls back to reading the row and the server's time, as before.
+
+A claim of a new operation needs no row, only the server's time: it starts
+from the last time this ledger learned from the server on any thread, plus the
+time elapsed here (:meth:`Recent.server_now`). The claim statement checks that
+estimate against the server's clock and refuses it when it is off by more than
+a bound, so the estimate can make a claim cheaper, never wrongly dated.
 """
 
 from __future__ import annotations
@@ -46,10 +52,26 @@ class Recent:
 
     def __init__(self) -> None:
         self._local = threading.local()
+        # (server time, monotonic time here then) of the latest statement that reported it.
+        self._clock: tuple[datetime, float] | None = None
 
     def saw(self, operation_id: str, record: OperationRecord | None, server_time: datetime) -> None:
         """Remember a read of ``operation_id`` at the server's ``server_time``."""
-        self._local.seen = Seen(operation_id, record, server_time, time.monotonic())
+        seen = Seen(operation_id, record, server_time, time.monotonic())
+        self._local.seen = seen
+        self._clock = (server_time, seen.monotonic)
+
+    def clock(self, server_time: datetime) -> None:
+        """Remember the server's time as a statement just reported it."""
+        self._clock = (server_time, time.monotonic())
+
+    def server_now(self) -> datetime | None:
+        """The server's time now, estimated from the last time any thread learned it; None yet."""
+        known = self._clock
+        if known is None:
+            return None
+        server_time, then = known
+        return server_time + timedelta(seconds=time.monotonic() - then)
 
     def wrote(self, record: OperationRecord) -> None:
         """Remember the row a write returned, keeping the time of the last read."""

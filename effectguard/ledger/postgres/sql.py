@@ -16,11 +16,19 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from effectguard.errors import ConfigurationError
 from effectguard.ledger import chain
-from effectguard.ledger.schema import EVENT_COLUMNS
+from effectguard.ledger.postgres.migrations import (
+    ANCHOR_MIGRATION,
+    ANCHOR_SHARDS,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+)
+from effectguard.ledger.schema import EVENT_COLUMNS, Kind
 from effectguard.ledger.schema import OPERATION_COLUMNS as _OPERATIONS
 from effectguard.ledger.schema import POSTGRES as _ROWS
 
 __all__ = [
+    "ANCHOR_MIGRATION",
+    "ANCHOR_SHARDS",
     "DEFAULT_SCHEMA",
     "MIGRATIONS",
     "OPERATION_COLUMNS",
@@ -36,77 +44,6 @@ DEFAULT_SCHEMA = "effectguard"
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _URL_SCHEMES = frozenset({"postgresql", "postgres"})
 
-#: Forward migrations; ``{s}`` is the quoted schema. Each runs once, in order, under a lock.
-MIGRATIONS: tuple[str, ...] = (
-    # 1: operations and their hash-chained events. operation_id sorts bytewise
-    # (COLLATE "C"), which is the order verify() merges the two tables in.
-    """
-    CREATE TABLE {s}.operations (
-        operation_id text COLLATE "C" PRIMARY KEY,
-        contract text NOT NULL,
-        contract_version integer NOT NULL,
-        fingerprint text NOT NULL,
-        provider_key text,
-        status text NOT NULL,
-        attempts integer NOT NULL,
-        attempt_budget integer NOT NULL,
-        arguments json NOT NULL,
-        output json,
-        provider_operation_id text,
-        reason text,
-        evidence json,
-        lease_token text,
-        lease_owner json,
-        lease_expires_at timestamptz,
-        overlap json,
-        created_at timestamptz NOT NULL,
-        updated_at timestamptz NOT NULL,
-        first_dispatched_at timestamptz NOT NULL,
-        event_count integer NOT NULL,
-        event_head bytea NOT NULL
-    );
-    CREATE TABLE {s}.events (
-        operation_id text COLLATE "C" NOT NULL,
-        seq integer NOT NULL,
-        type text NOT NULL,
-        from_status text,
-        to_status text NOT NULL,
-        attempt integer NOT NULL,
-        at timestamptz NOT NULL,
-        evidence json,
-        hash bytea NOT NULL,
-        PRIMARY KEY (operation_id, seq)
-    );
-    """,
-    # 2: operator listings by status or contract stay fast on large ledgers.
-    """
-    CREATE INDEX operations_by_status ON {s}.operations (status, updated_at);
-    CREATE INDEX operations_by_contract ON {s}.operations (contract, updated_at);
-    CREATE INDEX operations_by_update ON {s}.operations (updated_at);
-    """,
-    # 3: events commit to the row fields they set; every claim is anchored ledger-wide.
-    # claims_head is the one row every claim updates, which orders concurrent claims
-    # (existing operations are anchored by the ledger in the same transaction).
-    """
-    ALTER TABLE {s}.events ADD COLUMN commits json;
-    CREATE TABLE {s}.claims (
-        seq bigint PRIMARY KEY,
-        operation_id text COLLATE "C" NOT NULL,
-        running bytea NOT NULL
-    );
-    CREATE TABLE {s}.claims_head (
-        only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
-        count bigint NOT NULL,
-        running bytea NOT NULL
-    );
-    INSERT INTO {s}.claims_head (count, running) VALUES (0, '');
-    """,
-)
-#: The migration that created the claims anchor.
-ANCHOR_MIGRATION = 3
-
-#: The schema version this library writes; older ledgers are migrated forward on open.
-SCHEMA_VERSION = len(MIGRATIONS)
 
 # ``json`` (not ``jsonb``) keeps the exact text it was given: stored outputs are
 # replayed byte for byte and event evidence is hashed as written (jsonb would
@@ -119,6 +56,17 @@ OPERATION_COLUMNS = _ROWS.operation_columns
 _EVENT_SELECT = ", ".join(
     f"{name}::text" if name in _JSON_COLUMNS else name for name in _ROWS.event_columns
 )
+_INTEGER_COLUMNS = frozenset({"contract_version", "attempts", "attempt_budget", "event_count"})
+_KIND_TYPES = {Kind.TIME: "timestamptz", Kind.BYTES: "bytea"}
+#: Each operations column's SQL type, for parameters selected rather than given as VALUES.
+COLUMN_TYPES = {
+    column.postgres: "json"
+    if column.is_json
+    else "integer"
+    if column.postgres in _INTEGER_COLUMNS
+    else _KIND_TYPES.get(column.kind, "text")
+    for column in _OPERATIONS
+}
 #: Columns a transition may set (all but the key), with the cast its parameter needs.
 SETTABLE = {
     name: "::json" if name in _JSON_COLUMNS else "" for name in OPERATION_COLUMNS[1:]
@@ -274,23 +222,45 @@ class Statements:
 
     @property
     def claim(self) -> str:
-        """Insert the operation and its events, unless the operation id is taken."""
+        """Insert the operation and its events unless its id is taken; else read the row taken.
+
+        Returns one row: the server's time, whether this statement inserted,
+        and the operation's columns (its own row, the row found, or all NULL
+        when none is visible to the statement: its time guess was refused,
+        or a racing claim committed after the statement began). With
+        ``skew`` set, the row is inserted only when ``at`` is within ``skew``
+        of the server's clock, so a claim dated from an estimate of that
+        clock is never dated by more than ``skew`` wrong.
+        """
+        s = self.qualified
         names = ", ".join(OPERATION_COLUMNS)
-        values = ", ".join(
-            f"%({name})s::json" if name in _JSON_COLUMNS else f"%({name})s"
-            for name in OPERATION_COLUMNS
+        values = ", ".join(f"%({name})s::{COLUMN_TYPES[name]}" for name in OPERATION_COLUMNS)
+        # The head no other claim holds, this connection's own first: a claim waits
+        # for another's commit only when every shard is held at once.
+        mine = f"mod(pg_backend_pid(), {ANCHOR_SHARDS})"
+        free = (
+            f"SELECT f.shard FROM {s}.claims_head AS f WHERE EXISTS (SELECT 1 FROM op)"
+            f" ORDER BY mod(f.shard + {ANCHOR_SHARDS} - {mine}, {ANCHOR_SHARDS})"
+            " LIMIT 1 FOR UPDATE SKIP LOCKED"
         )
         return (
-            f"WITH op AS (INSERT INTO {self.qualified}.operations AS o ({names}) VALUES ({values})"
+            f"WITH op AS (INSERT INTO {s}.operations AS o ({names}) SELECT {values}"
+            " WHERE %(skew)s::interval IS NULL OR statement_timestamp()"
+            " BETWEEN %(at)s - %(skew)s::interval AND %(at)s + %(skew)s::interval"
             f" ON CONFLICT (operation_id) DO NOTHING RETURNING {_select_list('o')}),"
             f" ev AS ({self._insert_events}),"
-            # Only a claim that inserted its row advances the anchor; updating the one head
-            # row orders concurrent claims, and re-reads it after waiting (READ COMMITTED).
-            f" head AS (UPDATE {self.qualified}.claims_head AS h SET count = h.count + 1,"
-            " running = sha256(h.running || %(anchor_item)s) WHERE EXISTS (SELECT 1 FROM op)"
-            " RETURNING h.count, h.running),"
-            f" anchor AS (INSERT INTO {self.qualified}.claims (seq, operation_id, running)"
-            " SELECT head.count, %(operation_id)s, head.running FROM head) SELECT * FROM op"
+            # Only a claim that inserted its row advances the anchor. The head row stays
+            # locked until commit, so the next claim on it re-reads it (READ COMMITTED).
+            f" head AS (UPDATE {s}.claims_head AS h SET count = h.count + 1,"
+            " running = sha256(h.running || %(anchor_item)s)"
+            f" WHERE h.shard = coalesce(({free}), {mine}) AND EXISTS (SELECT 1 FROM op)"
+            " RETURNING h.shard, h.count, h.running),"
+            f" anchor AS (INSERT INTO {s}.claims (shard, seq, operation_id, running)"
+            " SELECT head.shard, head.count, %(operation_id)s, head.running FROM head)"
+            " SELECT statement_timestamp(), true, op.* FROM op UNION ALL"
+            f" SELECT statement_timestamp(), false, {_select_list('o')} FROM (SELECT 1) AS one"
+            f" LEFT JOIN {s}.operations AS o ON o.operation_id = %(operation_id)s"
+            " WHERE NOT EXISTS (SELECT 1 FROM op)"
         )
 
     def transition(self, columns: Iterable[str], conditions: Iterable[str]) -> str:
@@ -345,13 +315,13 @@ class Statements:
 
     @property
     def verify_claims(self) -> str:
-        """Every anchored claim in order, whether its operation exists, and its first event hash."""
+        """Every claim by shard and in order, whether its operation exists, its first hash."""
         s = self.qualified
         return (
-            "SELECT c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL,"
+            "SELECT c.shard, c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL,"
             f" e.hash FROM {s}.claims AS c LEFT JOIN {s}.operations AS o"
             f" ON o.operation_id = c.operation_id LEFT JOIN {s}.events AS e"
-            " ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.seq"
+            " ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.shard, c.seq"
         )
 
     @property
@@ -366,18 +336,24 @@ class Statements:
         )
 
     @property
+    def anchor_heads(self) -> str:
+        """Every shard's head, in shard order."""
+        return f"SELECT shard, count, running FROM {self.qualified}.claims_head ORDER BY shard"
+
+    @property
     def anchor_head(self) -> str:
-        """The anchor's head row, locked (anchoring existing operations) or read."""
-        return f"SELECT count, running FROM {self.qualified}.claims_head"
+        """Shard 0's head row, locked (anchoring existing operations, which all go there)."""
+        return f"SELECT count, running FROM {self.qualified}.claims_head WHERE shard = 0 FOR UPDATE"
 
     @property
     def anchor_many(self) -> str:
-        """Append one claim to the anchor and set the head to it."""
+        """Append one claim to shard 0 of the anchor and set its head to it."""
         s = self.qualified
         return (
-            f"WITH a AS (INSERT INTO {s}.claims (seq, operation_id, running)"
-            " VALUES (%s, %s, %s) RETURNING seq, running)"
+            f"WITH a AS (INSERT INTO {s}.claims (shard, seq, operation_id, running)"
+            " VALUES (0, %s, %s, %s) RETURNING seq, running)"
             f" UPDATE {s}.claims_head SET count = a.seq, running = a.running FROM a"
+            " WHERE shard = 0"
         )
 
     @property

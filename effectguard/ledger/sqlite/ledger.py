@@ -46,7 +46,11 @@ from effectguard.ledger.sqlite.files import (
 )
 from effectguard.ledger.sqlite.group import GroupCommit
 from effectguard.ledger.sqlite.handle import Connection, LedgerFile
-from effectguard.ledger.sqlite.migrations import SCHEMA_VERSION
+from effectguard.ledger.sqlite.migrations import (
+    ATTENTION_STATUSES,
+    NEEDING_ATTENTION,
+    SCHEMA_VERSION,
+)
 from effectguard.ledger.sqlite.recent import RETURNING, Recent, lean_transition
 from effectguard.model import (
     EffectEvent,
@@ -292,6 +296,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
         if status is not None:
             clauses.append("status = ?")
             params.append(EffectStatus(status).value)
+            if params[-1] in ATTENTION_STATUSES:
+                clauses.append(NEEDING_ATTENTION)  # read from migration 4's index alone
         if contract is not None:
             clauses.append("contract = ?")
             params.append(contract)

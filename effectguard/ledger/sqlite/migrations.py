@@ -10,7 +10,15 @@ from __future__ import annotations
 from effectguard.ledger.sqlite import anchoring
 from effectguard.ledger.sqlite.connection import FileFormat
 
-__all__ = ["ANCHOR_MIGRATION", "APPLICATION_ID", "FORMAT", "MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = [
+    "ANCHOR_MIGRATION",
+    "APPLICATION_ID",
+    "ATTENTION_STATUSES",
+    "FORMAT",
+    "MIGRATIONS",
+    "NEEDING_ATTENTION",
+    "SCHEMA_VERSION",
+]
 
 #: ``PRAGMA application_id`` of every effectguard ledger file ("EGLD").
 APPLICATION_ID = 0x45474C44
@@ -71,7 +79,26 @@ MIGRATIONS: tuple[str, ...] = (
         running BLOB NOT NULL
     );
     """,
+    # 4: the operations an operator lists during an incident (neither in flight nor
+    # settled) are read from one small index holding every column, never from the
+    # table; a call that goes DISPATCHED -> CONFIRMED or REJECTED never touches it.
+    """
+    CREATE INDEX operations_needing_attention ON operations (status, updated_us,
+        operation_id, contract, contract_version, fingerprint, provider_key, attempts,
+        attempt_budget, arguments, output, provider_operation_id, reason, evidence,
+        lease_token, lease_owner, lease_expires_us, overlap, created_us,
+        first_dispatched_us, event_count, event_head)
+        WHERE status IN ('PREPARED', 'OUTCOME_UNKNOWN', 'RECONCILING', 'QUARANTINED');
+    """,
 )
+#: Migration 4's condition, written into a listing of those statuses so SQLite uses its index.
+NEEDING_ATTENTION = "status IN ('PREPARED', 'OUTCOME_UNKNOWN', 'RECONCILING', 'QUARANTINED')"
+#: The statuses that condition holds for.
+ATTENTION_STATUSES = frozenset({"PREPARED", "OUTCOME_UNKNOWN", "RECONCILING", "QUARANTINED"})
+# SQLite uses a partial index only for a query that repeats its condition word for word.
+if NEEDING_ATTENTION not in MIGRATIONS[3]:
+    _msg = "the listing's condition is out of step with migration 4's index"
+    raise TypeError(_msg)
 
 #: The schema version this library writes; older files are migrated forward on open.
 SCHEMA_VERSION = len(MIGRATIONS)
