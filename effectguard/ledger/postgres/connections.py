@@ -32,9 +32,15 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from effectguard.errors import ConfigurationError, LedgerLockedError, LedgerUnavailableError
+from effectguard.errors import (
+    ConfigurationError,
+    InvalidRequestError,
+    LedgerLockedError,
+    LedgerUnavailableError,
+)
+from effectguard.ledger.postgres.migrations import TOMBSTONED
 
-__all__ = ["Connection", "ConnectionLost", "Connections", "describe"]
+__all__ = ["Connection", "ConnectionLost", "Connections", "Tombstoned", "describe"]
 
 T = TypeVar("T")
 
@@ -57,6 +63,10 @@ class ConnectionLost(LedgerUnavailableError):
     """The connection broke during a call; whether a write in it committed is unknown."""
 
 
+class Tombstoned(InvalidRequestError):
+    """The server refused to insert an operation under a pruned id (its tombstone stands)."""
+
+
 class _PoolRecords(logging.Filter):
     """Re-logs psycopg_pool's records about this module's pools under effectguard's logger.
 
@@ -66,8 +76,10 @@ class _PoolRecords(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
         ours = (
-            record.threadName is not None and record.threadName.startswith(_POOL_NAME)
-        ) or getattr(_IN_POOL, "active", False) or _POOL_NAME in args
+            (record.threadName is not None and record.threadName.startswith(_POOL_NAME))
+            or getattr(_IN_POOL, "active", False)
+            or _POOL_NAME in args
+        )
         if not ours:
             return True
         _LOG.info("connection pool: %s", record.getMessage())
@@ -166,6 +178,8 @@ class Connections:
             msg = f"{self.label} has lost its tables: {_first_line(exc)}"
             raise LedgerUnavailableError(msg) from exc
         except psycopg.Error as exc:
+            if exc.sqlstate == TOMBSTONED:
+                raise Tombstoned(_first_line(exc)) from exc
             msg = f"{self.label} failed: {_first_line(exc)}"
             raise LedgerUnavailableError(msg) from exc
 
