@@ -278,8 +278,17 @@ def authorize_retry(operation_id: str, dry_run: bool, **fields: Any) -> None:
     help="When the ledger verifies, write its anchor head to FILE (keep it elsewhere).",
     metavar="FILE",
 )
-def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> None:
-    """Check every operation's hash-chained history, its row and the claims anchor.
+@click.option(
+    "--archive",
+    "archive_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Also check the chains a prune archived to FILE against their tombstones.",
+    metavar="FILE",
+)
+def verify(
+    as_json: bool, anchor_file: str | None, export_file: str | None, archive_file: str | None
+) -> None:
+    """Check every operation's hash-chained history, its row, its tombstone and the claims anchor.
 
     Exit 1 naming any break. An exported head (--export-anchor), kept where
     whoever can write the ledger cannot, lets a later --anchor check catch a
@@ -292,6 +301,8 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
             with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
                 expected = effectguard.AnchorHead.loads(file.read())
         report = ledger.verify(anchor=expected)
+        if archive_file is not None:
+            report = _with_archive(ledger, report, archive_file)
     if as_json:
         click.echo(views.to_json(views.report_json(report)))
     else:
@@ -315,8 +326,27 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
             file.write(views.to_json(head.to_json()) + "\n")
 
 
+def _with_archive(
+    ledger: object, report: effectguard.VerifyReport, archive_file: str
+) -> effectguard.VerifyReport:
+    """``report`` with the problems of the chains archived in ``archive_file``."""
+    import dataclasses  # noqa: PLC0415 - loaded on use
+
+    from effectguard.ledger import retention  # noqa: PLC0415 - loaded on use
+
+    tombstones = getattr(ledger, "tombstones", None)
+    if tombstones is None:
+        msg = f"{type(ledger).__name__} keeps no tombstones to check an archive against"
+        raise OpsError(msg)
+    with open(archive_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
+        checked, problems = retention.check_archive(file, tombstones())
+    click.echo(f"checked {checked} archived operations against their tombstones", err=True)
+    return dataclasses.replace(report, problems=(*report.problems, *problems))
+
+
 # The recovery and runs commands live in their own modules; registered here, loaded with the group.
 from effectguard.cli._ops_export import export  # noqa: E402 - registered after main exists
+from effectguard.cli._ops_prune import prune  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_recovery import reconcile, reprobe  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_runs import runs  # noqa: E402 - registered after main exists
 
@@ -324,6 +354,7 @@ main.add_command(reprobe)
 main.add_command(reconcile)
 main.add_command(runs)
 main.add_command(export)
+main.add_command(prune)
 
 if __name__ == "__main__":
     main()
