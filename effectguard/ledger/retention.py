@@ -252,6 +252,7 @@ def write_archived(
 ) -> None:
     """Write ``record``, its tombstone and its ``events`` (with their hashed documents)."""
     fields = {name: getattr(record, name) for name in record.__dataclass_fields__}
+    fields["output"] = record.output  # what a replay returned, readable beside the stored text
     line = {"kind": "operation", "record": fields, "tombstone": stone.document()}
     target.write(json.dumps(line, sort_keys=True, default=_plain) + "\n")
     for event in events:
