@@ -27,8 +27,8 @@ __all__ = [
     "EffectNotConfirmed",
     "EffectNotSent",
     "EffectOutcomeUnknown",
-    "EffectQuarantined",
     "EffectPruned",
+    "EffectQuarantined",
     "EffectRejected",
     "EffectResult",
     "EffectStatus",
@@ -148,8 +148,8 @@ if TYPE_CHECKING:
     from effectguard.errors import EffectNotConfirmed as EffectNotConfirmed
     from effectguard.errors import EffectNotSent as EffectNotSent
     from effectguard.errors import EffectOutcomeUnknown as EffectOutcomeUnknown
-    from effectguard.errors import EffectQuarantined as EffectQuarantined
     from effectguard.errors import EffectPruned as EffectPruned
+    from effectguard.errors import EffectQuarantined as EffectQuarantined
     from effectguard.errors import EffectRejected as EffectRejected
     from effectguard.errors import FencedWriteError as FencedWriteError
     from effectguard.errors import IllegalTransitionError as IllegalTransitionError

@@ -84,11 +84,6 @@ def prune(
         for found in (index or ())
         if found.contract.provider_key_retention_seconds is not None
     }
-    if index is None and not force:
-        click.echo(
-            "warning: without --tools the providers' key retention is not checked",
-            err=True,
-        )
     ledger = open_ledger(write=not dry_run)
     pruner = getattr(ledger, "prune", None)
     if pruner is None:
@@ -103,6 +98,8 @@ def prune(
             force=force,
             key_retention=retention,
         )
+    if index is None and not force:
+        click.echo("warning: without --tools the providers' key retention is not checked", err=True)
     if as_json:
         data = {"pruned": list(report.pruned), "kept": list(report.kept), "dry_run": dry_run}
         click.echo(views.to_json({**data, "archive": report.archive}))
