@@ -62,7 +62,7 @@ def test_a_claim_blocked_on_the_row_being_pruned_is_refused(
                             contract, ARGS, provider.handler
                         )
                     )
-                except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+                except BaseException as exc:
                     outcome.append(exc)
 
             caller = threading.Thread(target=call_again)
