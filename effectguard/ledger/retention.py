@@ -24,7 +24,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
@@ -183,7 +183,6 @@ class PruneReport:
     kept: tuple[str, ...]
     dry_run: bool
     archive: str | None = None
-    tombstones: tuple[Tombstone, ...] = field(default=(), repr=False)
 
 
 def check_tombstone(stone: Tombstone, has_row: bool) -> list[VerifyProblem]:

@@ -5,6 +5,7 @@ Every fault test counts what the fake provider actually committed.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -74,6 +75,19 @@ def test_a_different_request_under_a_pruned_id_is_still_a_conflict(ledger):
     with pytest.raises(OperationConflictError, match="different request"):
         EffectExecutor(ledger).execute(
             capture_contract(provider), {**ARGS, "amount_cents": 5}, provider.handler
+        )
+    assert (provider.requests, provider.committed()) == (1, 1)
+
+
+def test_an_async_call_of_a_pruned_id_is_refused_too(ledger):
+    """execute_async meets the same tombstone: EffectPruned, nothing sent."""
+    provider = FakePaymentProvider()
+    _confirmed(ledger, provider)
+    ledger.prune(older_than=30 * DAY)
+
+    with pytest.raises(EffectPruned):
+        asyncio.run(
+            EffectExecutor(ledger).execute_async(capture_contract(provider), ARGS, provider.handler)
         )
     assert (provider.requests, provider.committed()) == (1, 1)
 
