@@ -113,6 +113,7 @@ EVENT_COLUMNS: tuple[Column, ...] = (
 )
 
 _RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(OperationRecord))
+_LIVE_AT = _RECORD_FIELDS.index("lease_live")
 _EVENT_FIELDS = tuple(field.name for field in dataclasses.fields(EffectEvent))
 # The mapper builds records and events positionally, so the column lists must
 # follow their field order; checked once, at import, rather than trusted.
@@ -121,7 +122,6 @@ if tuple(c.field for c in OPERATION_COLUMNS) != tuple(
 ) or tuple(c.field for c in EVENT_COLUMNS) != _EVENT_FIELDS:
     _msg = "ledger schema columns are out of step with OperationRecord / EffectEvent fields"
     raise TypeError(_msg)
-_LIVE_AT = _RECORD_FIELDS.index("lease_live")
 # Where an unreadable event's identity is salvaged from.
 _EVENT_ID, _EVENT_SEQ, _EVENT_HASH = (
     _EVENT_FIELDS.index(name) for name in ("operation_id", "seq", "hash")
@@ -166,8 +166,8 @@ class Rows:
         self.event_columns = tuple(c.name_in(backend) for c in EVENT_COLUMNS)
         self.store_time = store_time
         self._by_field = {c.field: c.name_in(backend) for c in OPERATION_COLUMNS}
-        self._read = record_reader(load_time)
         self._load = tuple(loader(c.kind, load_time) for c in OPERATION_COLUMNS)
+        self._read = record_reader(load_time)
         self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
         self._load_by_name = dict(zip(self.operation_columns, self._load, strict=True))
