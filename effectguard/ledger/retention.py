@@ -125,7 +125,12 @@ def _fields(stone: Tombstone) -> list[Any]:
 def refusal(stone: Tombstone, fingerprint: str) -> EffectPruned | OperationConflictError:
     """Return what a claim of ``stone``'s id for a request of ``fingerprint`` raises."""
     if stone.fingerprint != fingerprint:
-        return OperationConflictError(stone.operation_id, stone.fingerprint, fingerprint)
+        why = (
+            f"it was {stone.status.value} and pruned at {stone.pruned_at.isoformat()}: only "
+            f"its request's fingerprint is kept ({stone.fingerprint[:12]}…, this call "
+            f"{fingerprint[:12]}…)"
+        )
+        return OperationConflictError(stone.operation_id, stone.fingerprint, fingerprint, (why,))
     return EffectPruned(stone.operation_id, stone.status.value, stone.pruned_at.isoformat())
 
 

@@ -103,6 +103,8 @@ def test_prune_archive_and_verify_through_the_console_script(
     assert done.stdout == f"pruned 1 operations (archived to {archive})\n"
     assert done.stderr == "warning: without --tools the providers' key retention is not checked\n"
     assert ledger.get(operation_id) is None
+    shown = _ops(ledger_target, tmp_path, "show", operation_id, code=1)
+    assert "was CONFIRMED and pruned at" in shown.stderr
     checked = _ops(ledger_target, tmp_path, "verify", "--archive", str(archive))
     assert "checked 1 archived operations" in checked.stderr
     with pytest.raises(EffectPruned), use_executor(EffectExecutor(ledger)):

@@ -72,7 +72,7 @@ def test_a_different_request_under_a_pruned_id_is_still_a_conflict(ledger):
     _confirmed(ledger, provider)
     ledger.prune(older_than=30 * DAY)
 
-    with pytest.raises(OperationConflictError, match="different request"):
+    with pytest.raises(OperationConflictError, match="CONFIRMED and pruned at"):
         EffectExecutor(ledger).execute(
             capture_contract(provider), {**ARGS, "amount_cents": 5}, provider.handler
         )
