@@ -301,8 +301,9 @@ def verify(
             with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
                 expected = effectguard.AnchorHead.loads(file.read())
         report = ledger.verify(anchor=expected)
+        archived = None
         if archive_file is not None:
-            report = _with_archive(ledger, report, archive_file)
+            report, archived = _with_archive(ledger, report, archive_file)
     if as_json:
         click.echo(views.to_json(views.report_json(report)))
     else:
@@ -312,6 +313,8 @@ def verify(
         click.echo(
             f"checked {report.operations_checked} operations and {report.events_checked} events"
         )
+        if archived is not None:
+            click.echo(f"checked {archived} archived operations against their tombstones")
     if not report.ok:
         first = report.problems[0]
         where = "" if first.seq is None else f" event {first.seq}"
@@ -328,8 +331,8 @@ def verify(
 
 def _with_archive(
     ledger: object, report: effectguard.VerifyReport, archive_file: str
-) -> effectguard.VerifyReport:
-    """``report`` with the problems of the chains archived in ``archive_file``."""
+) -> tuple[effectguard.VerifyReport, int]:
+    """``report`` with the problems of the chains archived in ``archive_file``, and their count."""
     import dataclasses  # noqa: PLC0415 - loaded on use
 
     from effectguard.ledger import retention  # noqa: PLC0415 - loaded on use
@@ -340,8 +343,7 @@ def _with_archive(
         raise OpsError(msg)
     with open(archive_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
         checked, problems = retention.check_archive(file, tombstones())
-    click.echo(f"checked {checked} archived operations against their tombstones", err=True)
-    return dataclasses.replace(report, problems=(*report.problems, *problems))
+    return dataclasses.replace(report, problems=(*report.problems, *problems)), checked
 
 
 # The recovery and runs commands live in their own modules; registered here, loaded with the group.

@@ -106,7 +106,7 @@ def test_prune_archive_and_verify_through_the_console_script(
     shown = _ops(ledger_target, tmp_path, "show", operation_id, code=1)
     assert "was CONFIRMED and pruned at" in shown.stderr
     checked = _ops(ledger_target, tmp_path, "verify", "--archive", str(archive))
-    assert "checked 1 archived operations" in checked.stderr
+    assert "checked 1 archived operations against their tombstones" in checked.stdout
     with pytest.raises(EffectPruned), use_executor(EffectExecutor(ledger)):
         site.capture("INV-1", 1250)
     assert (site.provider.requests, site.provider.committed()) == (1, 1)
@@ -212,3 +212,24 @@ def test_verify_fails_on_a_tombstone_edited_by_hand(
     done = _ops(ledger_target, tmp_path, "verify", code=1)
     assert "the tombstone was edited" in done.stderr
     assert operation_id in done.stderr
+
+
+def test_verify_archive_refuses_a_malformed_file_and_fails_an_edited_one(
+    ledger: EffectLedger, ledger_target: str, site: Any, tmp_path: Path
+) -> None:
+    """Not an archive: exit 2 in one line. An archived event edited: exit 1 naming the id."""
+    operation_id = _capture_old(ledger, site)
+    archive = tmp_path / "pruned.jsonl"
+    _ops(ledger_target, tmp_path, "prune", "--older-than", "30d", "--archive", str(archive))
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text("not json\n")
+
+    refused = _ops(ledger_target, tmp_path, "verify", "--archive", str(junk), code=2)
+    assert "archive line 1" in refused.stderr
+
+    lines = [json.loads(line) for line in archive.read_text().splitlines()]
+    lines[2]["document"] = lines[2]["document"].replace("PREPARED", "REJECTED")
+    archive.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    failed = _ops(ledger_target, tmp_path, "verify", "--archive", str(archive), code=1)
+    assert operation_id in failed.stderr
+    assert "archived event does not hash to its chain" in failed.stderr
