@@ -245,3 +245,17 @@ def test_an_archive_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> N
     """A missing directory for the archive is a clear InvalidRequestError."""
     with pytest.raises(InvalidRequestError, match="cannot create archive"):
         retention.open_archive(str(tmp_path / "missing" / "a.jsonl"))
+
+
+def test_a_bulk_load_cannot_bring_a_pruned_id_back(ledger):
+    """Restoring an operation under a pruned id is refused, and nothing of the load is kept."""
+    provider = FakePaymentProvider()
+    operation_id = _confirmed(ledger, provider)
+    record = ledger.get(operation_id)
+    events = ledger.events(operation_id)
+    ledger.prune(older_than=30 * DAY)
+    before = _snapshot(ledger)
+
+    with pytest.raises(InvalidRequestError, match="pruned"):
+        ledger.bulk_load([(record, events)])
+    assert _snapshot(ledger) == before

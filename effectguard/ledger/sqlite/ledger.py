@@ -384,6 +384,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
                     conn.executemany(_INSERT_LOADED, operation_rows)
                     conn.executemany(_INSERT_EVENT, event_rows)
                     loaded += len(operation_rows)
+                pruning.refuse_loaded_tombstoned(conn)
                 anchoring.anchor_unanchored(conn)
             except sqlite3.IntegrityError as exc:
                 raise bulk.duplicate_error(f"ledger {self.path}", exc) from exc

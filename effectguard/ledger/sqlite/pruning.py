@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
+from effectguard.errors import InvalidRequestError
 from effectguard.ledger import retention
 from effectguard.ledger.documents import from_micros, to_micros
 from effectguard.ledger.protocol import announce_pruned
@@ -20,7 +21,13 @@ from effectguard.model import EffectStatus, OperationRecord, VerifyProblem
 if TYPE_CHECKING:
     from effectguard.ledger.sqlite.handle import Connection
 
-__all__ = ["MIGRATION", "SQLitePruning", "refuse_tombstoned", "tombstone_problems"]
+__all__ = [
+    "MIGRATION",
+    "SQLitePruning",
+    "refuse_loaded_tombstoned",
+    "refuse_tombstoned",
+    "tombstone_problems",
+]
 
 T = TypeVar("T")
 
@@ -68,6 +75,17 @@ def refuse_tombstoned(conn: Connection, operation_id: str, fingerprint: str) -> 
     row = conn.execute(_SELECT_STONE, (operation_id,)).fetchone()
     if row is not None:
         raise retention.refusal(_stone(row), fingerprint)
+
+
+def refuse_loaded_tombstoned(conn: Connection) -> None:
+    """InvalidRequestError if a bulk load wrote an operation under a pruned id (rolled back)."""
+    row = conn.execute(
+        "SELECT o.operation_id FROM operations AS o JOIN tombstones AS t"
+        " ON t.operation_id = o.operation_id LIMIT 1"
+    ).fetchone()
+    if row is not None:
+        msg = f"cannot load operation {row[0]!r}: it was pruned and its tombstone stands"
+        raise InvalidRequestError(msg)
 
 
 def tombstone_problems(conn: Connection) -> list[VerifyProblem]:
