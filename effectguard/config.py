@@ -177,6 +177,25 @@ def configure(
         "retry_wait_max": retry_wait_max,
         "deadline": deadline,
     }
+    executor, owns_ledger = _choose_executor(ledger, executor, clock, wait_for_peer, waits)
+    instrumentation = _instrument(executor, owns_ledger=owns_ledger) if telemetry else None
+    configuration = Configuration(executor, owns_ledger=owns_ledger, telemetry=instrumentation)
+    with _lock:
+        _stack.append(configuration)
+        _default = executor
+    if recover_on_start:
+        _start_recovery(configuration, recover_tools)
+    return configuration
+
+
+def _choose_executor(
+    ledger: str | os.PathLike[str] | EffectLedger | None,
+    executor: EffectExecutor | None,
+    clock: Callable[[], float] | None,
+    wait_for_peer: float | None,
+    waits: dict[str, float | None],
+) -> tuple[EffectExecutor, bool]:
+    """The executor :func:`configure` installs, and whether it owns (must close) the ledger."""
     if (ledger is None) == (executor is None):
         msg = (
             "configure() takes either ledger= (a path, a postgresql:// URL or a ledger) "
@@ -186,20 +205,11 @@ def configure(
     if executor is not None:
         given = {"clock": clock, "wait_for_peer": wait_for_peer, **waits}
         _refuse_executor_options(executor, given)
-        owns_ledger = False
-    else:
-        if ledger is None:
-            msg = "configure() got neither ledger= nor executor= past its check"
-            raise InternalError(msg)
-        executor, owns_ledger = _executor_for(ledger, clock, wait_for_peer, waits)
-    instrumentation = _instrument(executor, owns_ledger=owns_ledger) if telemetry else None
-    configuration = Configuration(executor, owns_ledger=owns_ledger, telemetry=instrumentation)
-    with _lock:
-        _stack.append(configuration)
-        _default = executor
-    if recover_on_start:
-        _start_recovery(configuration, recover_tools)
-    return configuration
+        return executor, False
+    if ledger is None:
+        msg = "configure() got neither ledger= nor executor= past its check"
+        raise InternalError(msg)
+    return _executor_for(ledger, clock, wait_for_peer, waits)
 
 
 def _instrument(executor: EffectExecutor, *, owns_ledger: bool) -> Any:

@@ -17,7 +17,7 @@ MAP = ROOT / "docs" / "architecture.md"
 
 CORE_MODULES = ("errors", "model", "contract", "codec", "config", "fingerprint")
 CORE = ("decorator", "executor", "ledger", *CORE_MODULES)
-BUILT_ON_THE_CORE = ("runtime", "cli", "testkit", "bench", "adapters")
+BUILT_ON_THE_CORE = ("runtime", "cli", "console", "testkit", "bench", "adapters")
 
 #: Agent frameworks: only their adapter (effectguard/adapters/) may import one.
 FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "agents", "mcp")

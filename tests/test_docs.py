@@ -86,6 +86,7 @@ PUBLIC_MODULES = {
     "effectguard.testkit.matrix",
     "effectguard.testkit.pytest_plugin",
     "effectguard.testkit.scenarios",
+    "effectguard.testkit.study",
     "effectguard.testkit.servers.smtp",
 }
 

@@ -60,9 +60,10 @@ from effectguard.scope import CallScope, call_scope
 try:
     from agents import FunctionTool, RunContextWrapper, ToolsToFinalOutputResult, function_tool
     from agents.exceptions import ModelBehaviorError
+    from agents.function_schema import function_schema
     from agents.tool import FunctionToolResult
     from agents.tool_context import ToolContext
-    from pydantic import Field
+    from pydantic import Field, ValidationError
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the extra
     msg = (
         "effectguard.adapters.openai_agents needs the 'openai-agents' extra "
@@ -309,8 +310,35 @@ def _pending_calls(items: Sequence[Any], table: Mapping[str, Any]) -> list[_Call
             msg = f"the input items hold no function_call for call {pending.tool_call_id!r}"
             raise ConfigurationError(msg)
         scope = CallScope(str(payload["run_id"]), pending.tool_call_id)
-        found.append((index, fn, json.loads(call["arguments"] or "{}"), pending, scope))
+        found.append((index, fn, _call_arguments(fn, call["arguments"], pending), pending, scope))
     return found
+
+
+def _call_arguments(fn: Any, arguments: str | None, pending: PendingEffect) -> dict[str, Any]:
+    """The arguments the SDK passed the tool body for the call's JSON: validated by its schema.
+
+    The operation's fingerprint was taken from those (``20`` for a ``float`` is
+    ``20.0``); resuming with the raw JSON would be another request, a conflict.
+    """
+    public = public_signature(fn)
+
+    def body(**_: Any) -> None:  # pragma: no cover - only its signature is read
+        return None
+
+    schema = function_schema(
+        stand_in(body, public, keyword_parameters(public, Field), str), use_docstring_info=False
+    )
+    raw = json.loads(arguments or "{}")
+    try:
+        parsed = schema.params_pydantic_model(**raw)
+    except ValidationError as exc:
+        msg = (
+            f"call {pending.tool_call_id} of {pending.tool!r}: its arguments do not fit the "
+            f"tool's parameters ({exc.error_count()} error(s)); nothing was sent"
+        )
+        raise ConfigurationError(msg) from exc
+    _, kwargs = schema.to_call_args(parsed)
+    return kwargs
 
 
 def _settled(

@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from effectguard import __version__
+from effectguard.cli._progress import progress_on_stderr
 from effectguard.cli._reports import (
     INVARIANT_BROKEN,
     OUTPUT,
@@ -25,8 +26,10 @@ from effectguard.cli._reports import (
     write_json,
 )
 from effectguard.cli.bench import bench
+from effectguard.cli.study import study
 from effectguard.errors import EffectGuardError
 from effectguard.testkit.matrix import MatrixReport, run_matrix
+from effectguard.testkit.matrix.site import Backend
 from effectguard.testkit.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 __all__ = ["cli", "main"]
@@ -102,25 +105,6 @@ def _list_scenarios(scenario_name: str | None) -> None:
         click.echo(f"{scenario.name.ljust(width)}  {scenario.summary}")
 
 
-class _ProgressLines:
-    """Progress as lines on stderr: the first episode, then every few seconds, and the last."""
-
-    interval = 5.0
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-        self.done = 0
-        self.last: float | None = None
-
-    def __call__(self, count: int) -> None:
-        self.done += count
-        now = time.monotonic()
-        if self.last is None or now - self.last >= self.interval or self.done >= self.total:
-            self.last = now
-            percent = 100 * self.done // self.total
-            click.echo(f"matrix: {self.done}/{self.total} episodes ({percent}%)", err=True)
-
-
 @cli.command()
 @click.option(
     "--episodes",
@@ -132,6 +116,25 @@ class _ProgressLines:
 @click.option(
     "--seed", type=int, default=0, show_default=True, help="Seed the episodes are drawn from."
 )
+@click.option(
+    "--backend",
+    type=click.Choice(Backend.ALL),
+    default=Backend.SQLITE,
+    show_default=True,
+    help="The ledger: a SQLite file in a temporary directory, or a schema in --db.",
+)
+@click.option(
+    "--db",
+    metavar="URL",
+    help="With --backend postgres: the database to run in (a schema of its own, dropped after).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Processes making every call round together, contending for the same operations.",
+)
 @click.option("--output", type=OUTPUT, help="Write the JSON report (every episode) to this file.")
 @click.option(
     "--broken-contract",
@@ -141,25 +144,39 @@ class _ProgressLines:
 )
 @click.pass_context
 def matrix(
-    ctx: click.Context, episodes: int, seed: int, output: Path | None, broken_contract: bool
+    ctx: click.Context,
+    episodes: int,
+    seed: int,
+    backend: str,
+    db: str | None,
+    workers: int,
+    output: Path | None,
+    broken_contract: bool,
 ) -> None:
     """Run seeded episodes across contract kinds x faults x crash points; count what went wrong.
 
-    Exits 1 on any duplicate effect or lost confirmation.
+    Exits 1 on any duplicate effect, lost confirmation or fault without its
+    expected outcome, and, with --workers above 1, when the workers never
+    contended. Progress goes to standard error.
     """
     check_output(output)
     started = time.monotonic()
-    if sys.stdout.isatty():
-        with click.progressbar(length=episodes, label="episodes") as bar:
+    try:
+        with progress_on_stderr("matrix episodes", episodes) as progress:
             report = run_matrix(
-                episodes, seed, broken_contract=broken_contract, progress=bar.update
+                episodes,
+                seed,
+                broken_contract=broken_contract,
+                progress=progress,
+                backend=backend,
+                db=db,
+                workers=workers,
             )
-    else:
-        # No terminal to draw a bar on (CI): a line on stderr every few seconds instead.
-        lines = _ProgressLines(episodes)
-        report = run_matrix(episodes, seed, broken_contract=broken_contract, progress=lines)
+    except EffectGuardError as exc:
+        raise BadInput(str(exc)) from exc
     elapsed = time.monotonic() - started
     click.echo(report.table())
+    click.echo(_contention(report))
     click.echo(_verdict(report, elapsed))
     failed = report.failed_episodes
     click.echo(f"matrix: {report.total.episodes - failed} passed, {failed} failed")
@@ -169,19 +186,34 @@ def matrix(
         ctx.exit(INVARIANT_BROKEN)
 
 
+def _contention(report: MatrixReport) -> str:
+    total = report.total
+    line = (
+        f"contention ({report.workers} worker{'s' if report.workers > 1 else ''}, "
+        f"{report.backend}): {total.takeovers} takeovers ({total.lease_expiries} after a lease "
+        f"expired), {total.fenced} fenced-out writes, {total.met_live_lease} calls met a live lease"
+    )
+    if report.workers > 1 and not report.contended:
+        line += "; the workers never contended, so this run proves nothing about concurrency"
+    return line
+
+
 def _verdict(report: MatrixReport, elapsed: float) -> str:
     total = report.total
     broken = " (contract deliberately broken)" if report.broken_contract else ""
     outcome = "OK" if report.ok else "FAILED"
+    unexpected = total.unexpected
+    missed = f"; {unexpected} faults without their expected outcome" if unexpected else ""
     chains = "" if report.ledger_verified else "; the ledger's event chains do NOT verify"
     return (
         f"{outcome}{broken}: {total.episodes} episodes (seed {report.seed}) in {elapsed:.1f}s: "
         f"{total.duplicate_effects} duplicate effects, {total.lost_confirmations} lost "
-        f"confirmations, {total.needlessly_quarantined} needless quarantines{chains}"
+        f"confirmations, {total.needlessly_quarantined} needless quarantines{missed}{chains}"
     )
 
 
 cli.add_command(bench)
+cli.add_command(study)
 
 
 def main() -> None:

@@ -346,17 +346,20 @@ def _with_archive(
     return dataclasses.replace(report, problems=(*report.problems, *problems)), checked
 
 
-# The recovery and runs commands live in their own modules; registered here, loaded with the group.
+# The recovery, runs, export, prune and console commands live in their own modules; registered
+# here, loaded with the group (the console's extra only when `serve` runs).
 from effectguard.cli._ops_export import export  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_prune import prune  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_recovery import reconcile, reprobe  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_runs import runs  # noqa: E402 - registered after main exists
+from effectguard.cli._serve import serve  # noqa: E402 - registered after main exists
 
 main.add_command(reprobe)
 main.add_command(reconcile)
 main.add_command(runs)
 main.add_command(export)
 main.add_command(prune)
+main.add_command(serve)
 
 if __name__ == "__main__":
     main()

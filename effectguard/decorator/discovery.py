@@ -104,7 +104,10 @@ def load_tools(modules: str | Sequence[object] | None = None) -> ToolIndex:
     )
     found: list[FoundTool] = []
     for source in sources:
-        tools = [_found(tool) for tool in _tools_in(_resolve(source))]
+        resolved = _resolve(source)
+        # Tools found on an object are its methods: their probes are bound to it, as a call's are.
+        bound = not isinstance(resolved, types.ModuleType) and not inspect.isclass(resolved)
+        tools = [_found(tool, resolved if bound else None) for tool in _tools_in(resolved)]
         if not tools:
             msg = f"{_label(source)} holds no @effect tool: name the module that defines them"
             raise ConfigurationError(msg)
@@ -150,7 +153,7 @@ def _tools_in(source: object) -> list[Tool]:
     return list(found.values())
 
 
-def _found(tool: Tool) -> FoundTool:
+def _found(tool: Tool, instance: object | None = None) -> FoundTool:
     raw = tool.func
     where = f"{getattr(raw, '__module__', '?')}.{tool.shape.tool}"
-    return FoundTool(tool.contract, tool.returns, where)
+    return FoundTool(tool.contract_for(instance), tool.returns, where)

@@ -218,6 +218,12 @@ class Tool:
         self.returns = _declared_return(raw)
         remember(self)
 
+    def contract_for(self, instance: object | None) -> EffectContract:
+        """The contract of a call on ``instance``: a method probe is bound to it, as in a call."""
+        if instance is not None and self.probe is not None and self.probe.binds:
+            return dataclasses.replace(self.contract, outcome_probe=self._probe_adapter(instance))
+        return self.contract
+
     def _probe_adapter(self, instance: object | None) -> Callable[..., Any] | None:
         """Return the probe in the executor's convention, for a call on ``instance``."""
         probe, shape = self.probe, self.shape
@@ -272,9 +278,7 @@ class Tool:
             kwargs = dict(kwargs)
             as_result = bool(kwargs.pop(AS_RESULT))
         arguments = self.shape.bind(instance, args, kwargs)
-        contract = self.contract
-        if instance is not None and self.probe is not None and self.probe.binds:
-            contract = dataclasses.replace(contract, outcome_probe=self._probe_adapter(instance))
+        contract = self.contract_for(instance)
         handler = self._handler(wrapped, instance)
         executor = resolve_executor(self.executor, self.contract.name)
         wait = next(

@@ -1,7 +1,8 @@
 """Fault injection for effectguard: fake providers that count what they commit, and fault plans.
 
 Scenarios (:mod:`effectguard.testkit.scenarios`), the fault matrix
-(:mod:`effectguard.testkit.matrix`) and the pytest plugin
+(:mod:`effectguard.testkit.matrix`), the strategy study
+(:mod:`effectguard.testkit.study`) and the pytest plugin
 (:mod:`effectguard.testkit.pytest_plugin`) are built on these. The SMTP test
 server needs ``aiosmtpd``, so it is imported from its own module,
 :mod:`effectguard.testkit.servers.smtp`.

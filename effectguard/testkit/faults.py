@@ -6,7 +6,7 @@ import enum
 import random
 from collections.abc import Mapping, Sequence
 
-__all__ = ["Fault", "FaultPlan"]
+__all__ = ["Fault", "FaultPlan", "LedgerFault"]
 
 
 class Fault(enum.StrEnum):
@@ -38,6 +38,32 @@ class Fault(enum.StrEnum):
 
     CRASH_AFTER_COMMIT = "crash_after_commit"
     """The provider commits, then the calling process is killed with SIGKILL."""
+
+
+class LedgerFault(enum.StrEnum):
+    """A failure of the ledger, of the network to it, or of the caller's clock.
+
+    Where :class:`Fault` breaks the provider, these break the caller's own
+    record: the fault matrix plays each and states the outcome it expects.
+    """
+
+    NONE = "none"
+    """The ledger answers every call."""
+
+    UNAVAILABLE_AT_CLAIM = "ledger-unavailable-at-claim"
+    """The ledger cannot be written when the operation is claimed: nothing may be dispatched."""
+
+    UNAVAILABLE_AT_OUTCOME = "ledger-unavailable-at-outcome"
+    """The ledger cannot be written once the request was sent: the row stays DISPATCHED."""
+
+    LOST_CLAIM_ACK = "lost-claim-ack"
+    """The ledger commits the claim but its acknowledgement is lost (PostgreSQL, over TCP)."""
+
+    LOST_OUTCOME_ACK = "lost-outcome-ack"
+    """The ledger commits the outcome but its acknowledgement is lost (PostgreSQL, over TCP)."""
+
+    CLOCK_JUMP = "clock-jump"
+    """A caller's clock jumps past a live lease while its owner is still sending."""
 
 
 class FaultPlan:

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from recovery_support import OP, Site, leave_uncertain, make_site
 
 import effectguard
-from effectguard import EffectLedger, EffectStatus, EventType, ProbeStatus
+from effectguard import (
+    INJECTED,
+    EffectLedger,
+    EffectStatus,
+    EventType,
+    OutcomeProbeResult,
+    ProbeStatus,
+    effect,
+)
 from effectguard.recovery import Recoverer
+from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan
 
 
 @pytest.fixture
@@ -124,3 +134,52 @@ def test_an_operation_backing_off_never_hides_the_ones_behind_it(
     assert sorted(probed) == sorted([first, second])
     assert two.deferred == 1
     assert site.provider.committed() == 0
+
+
+class _Billing:
+    """Tools as methods of an object whose probe is a method too (the README's shape)."""
+
+    def __init__(self, provider: FakePaymentProvider) -> None:
+        self.provider = provider
+        self.down = True
+
+    def find_capture(
+        self, invoice_id: str, amount_cents: int, *, idempotency_key: str
+    ) -> OutcomeProbeResult:
+        """Ask the provider for the capture sent with this key (down until told otherwise)."""
+        del amount_cents
+        if self.down:
+            msg = "the lookup API is down"
+            raise ConnectionError(msg)
+        return self.provider.probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)
+
+    @effect(
+        name="billing.method_capture",
+        operation_id="invoice:{invoice_id}:method-capture",
+        idempotency_key="mcapture:{invoice_id}",
+        probe=find_capture,
+    )
+    def capture(
+        self, invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
+    ) -> dict[str, Any]:
+        """Capture a payment."""
+        return self.provider.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+def test_recover_binds_a_method_probe_to_the_object_the_tools_were_found_on(
+    ledger: EffectLedger,
+) -> None:
+    """Tools given as an object: their probe is called on it, as a call would, and confirms."""
+    billing = _Billing(
+        FakePaymentProvider(idempotency_guaranteed=False, faults=FaultPlan([Fault.LOSE_ACK]))
+    )
+    with effectguard.use_executor(effectguard.EffectExecutor(ledger, deadline=0)):
+        first = billing.capture.execute("INV-3", 300)
+    assert first.status is EffectStatus.QUARANTINED
+    billing.down = False
+
+    report = effectguard.recover(ledger, tools=[billing])
+
+    assert [o.after for o in report.changed] == [EffectStatus.CONFIRMED]
+    assert billing.provider.committed() == 1
+    assert billing.provider.requests == 1

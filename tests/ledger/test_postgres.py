@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from _tcp_proxy import TcpProxy
 from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError
@@ -21,6 +20,7 @@ from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease, NewO
 from effectguard.model import EventType, LeaseOwner, OverlapHolder
 from effectguard.process import current_owner
 from effectguard.testkit import FakePaymentProvider
+from effectguard.testkit.tcp_proxy import TcpProxy
 
 psycopg = import_psycopg()
 

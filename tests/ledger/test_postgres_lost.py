@@ -12,7 +12,6 @@ import sys
 import uuid
 
 import pytest
-from _tcp_proxy import TcpProxy
 from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus
@@ -20,6 +19,7 @@ from effectguard.ledger import open_ledger
 from effectguard.ledger.protocol import Changes, EventDraft, Expect
 from effectguard.model import EventType
 from effectguard.testkit import FakePaymentProvider
+from effectguard.testkit.tcp_proxy import TcpProxy
 
 psycopg = import_psycopg()
 

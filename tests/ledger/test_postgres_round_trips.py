@@ -13,12 +13,12 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from _tcp_proxy import TcpProxy
 from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus
 from effectguard.ledger import open_ledger
 from effectguard.testkit import FakePaymentProvider
+from effectguard.testkit.tcp_proxy import TcpProxy
 
 psycopg = import_psycopg()
 

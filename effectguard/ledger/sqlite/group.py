@@ -98,14 +98,16 @@ class GroupCommit:
                 pending.done = threading.Event()
             else:
                 pending.lead = self._leading = True
-        if pending.done is not None:
-            try:
+        # An interrupt may land anywhere up to _lead taking the batch, also after the
+        # writer's role was taken or handed over: _withdraw passes it on, so no write waits forever.
+        try:
+            if pending.done is not None:
                 pending.done.wait()
-            except BaseException:
-                self._withdraw(pending)
-                raise
-        if pending.lead:
-            self._lead(connect, pending)
+            if pending.lead:
+                self._lead(connect, pending)
+        except BaseException:
+            self._withdraw(pending)
+            raise
         if pending.error is not None:
             raise pending.error
         return pending.result  # type: ignore[return-value]  # set before done, error None
@@ -136,9 +138,10 @@ class GroupCommit:
 
     def _lead(self, connect: Callable[[], Any], mine: _Pending[Any]) -> None:
         """Commit everything queued, then hand the writer's role to the next caller waiting."""
-        with self._lock:
-            batch, self._queue = self._queue, []
+        batch: list[_Pending[Any]] = []
         try:
+            with self._lock:
+                batch, self._queue = self._queue, []
             conn = connect()
             with conn.in_use:
                 self._commit(conn, batch)

@@ -21,15 +21,15 @@ import subprocess
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Self
 
 from effectguard.executor import EffectExecutor
 from effectguard.executor.pacing import seeded_jitter
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.testkit.clock import ManualClock
+from effectguard.ledger import open_ledger
+from effectguard.testkit.clock import ManualClock, SharedClock
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.matrix.kinds import ContractKind, Service, build_setup
 
@@ -41,7 +41,13 @@ _TIMED_OUT = "timed out"
 
 @dataclass(frozen=True, slots=True)
 class ChildRun:
-    """Everything a child needs to rebuild the effect and execute it once."""
+    """Everything a child needs to rebuild the effect and execute it once.
+
+    ``ledger_path`` is what :func:`~effectguard.ledger.open_ledger` takes: a
+    SQLite file or a ``postgresql://`` URL. With ``clock_path`` the child reads
+    the run's :class:`~effectguard.testkit.clock.SharedClock`; without, a
+    manual clock starting at ``now``.
+    """
 
     ledger_path: str
     provider_path: str
@@ -54,6 +60,9 @@ class ChildRun:
     amount_cents: int = 1999
     lease_seconds: float = 30.0
     broken_key: bool = False
+    clock_path: str | None = None
+    ledger_options: dict[str, Any] = field(default_factory=dict)
+    """Keyword options for :func:`~effectguard.ledger.open_ledger` (``synchronous=`` on SQLite)."""
 
     def to_json(self) -> dict[str, Any]:
         """Return the JSON form the helper reads."""
@@ -70,6 +79,8 @@ class ChildRun:
             "amount_cents": self.amount_cents,
             "lease_seconds": self.lease_seconds,
             "broken_key": self.broken_key,
+            "clock_path": self.clock_path,
+            "ledger_options": self.ledger_options,
         }
 
     @classmethod
@@ -91,6 +102,8 @@ class ChildRun:
             amount_cents=int(data["amount_cents"]),
             lease_seconds=float(data["lease_seconds"]),
             broken_key=bool(data["broken_key"]),
+            clock_path=data.get("clock_path"),
+            ledger_options=dict(data.get("ledger_options") or {}),
         )
 
 
@@ -105,16 +118,18 @@ class ChildExit:
 class ChildRunner:
     """A helper process that forks one child per :meth:`run`; use it as a context manager."""
 
-    def __init__(self, *, timeout: float = 60.0) -> None:
+    def __init__(self, *, timeout: float = 60.0, preload: tuple[str, ...] = ()) -> None:
         self.timeout = timeout
+        self.preload = preload
+        """Modules the helper imports before forking, so no child pays for importing them."""
         self._helper: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Self:
         if not hasattr(os, "fork"):
             msg = "crash runs need os.fork() (a POSIX system)"
             raise RuntimeError(msg)
-        self._helper = subprocess.Popen(
-            [sys.executable, "-m", "effectguard.testkit.matrix.helper"],
+        self._helper = subprocess.Popen(  # noqa: S603 - our own module, by this interpreter
+            [sys.executable, "-m", "effectguard.testkit.matrix.helper", *self.preload],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -202,8 +217,8 @@ def _execute(run: ChildRun, error_path: str) -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)  # standard output is the helper's answer channel
-        clock = ManualClock(run.now)
-        ledger = SQLiteEffectLedger(run.ledger_path, clock=clock)
+        clock = ManualClock(run.now) if run.clock_path is None else SharedClock(run.clock_path)
+        ledger = open_ledger(run.ledger_path, clock=clock, **run.ledger_options)
         setup = build_setup(
             run.kind,
             run.service,

@@ -20,129 +20,45 @@ outage spans.
 A *ledger replaced* episode moves the ledger file away (or replaces it with
 an empty ledger) before the claim or while the first request is out, calls
 again from the same process, then restores the file: see
-:mod:`~effectguard.testkit.matrix.replaced`.
+:mod:`~effectguard.testkit.matrix.replaced` (SQLite only).
+
+A *ledger fault* episode breaks the ledger itself for its first call
+(unavailable at the claim or at the outcome, a lost acknowledgement of its
+own commit on PostgreSQL) or jumps a caller's clock past a live lease: see
+:mod:`~effectguard.testkit.matrix.ledger_faults` and
+:mod:`~effectguard.testkit.matrix.stall`. Its draws come from a stream of
+their own, so adding them left every other draw of a seed as it was.
+
+With workers, every call round is made by every worker process at once
+(:meth:`~effectguard.testkit.matrix.context.EpisodeContext.call_round`), and
+the episode counts the takeovers, lease expiries and fenced-out writes it saw.
 """
 
 from __future__ import annotations
 
-import enum
-import random
-import threading
-import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 from effectguard.errors import InternalError
-from effectguard.executor import EffectExecutor
-from effectguard.executor.pacing import Jitter, seeded_jitter
-from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.model import EffectStatus, OperationRecord
-from effectguard.testkit.clock import ManualClock
-from effectguard.testkit.faults import Fault, FaultPlan
-from effectguard.testkit.matrix.child import ChildRun, ChildRunner
-from effectguard.testkit.matrix.kinds import ContractKind, Service, Setup, build_setup
+from effectguard.testkit.faults import Fault, FaultPlan, LedgerFault
+from effectguard.testkit.matrix import ledger_faults, stall
+from effectguard.testkit.matrix.child import ChildRun
+from effectguard.testkit.matrix.contention import contention_of
+from effectguard.testkit.matrix.context import KILLS, EpisodeContext, RoundTally
+from effectguard.testkit.matrix.kinds import ContractKind, Setup, build_setup
 from effectguard.testkit.matrix.replaced import ReplacePoint, play
+from effectguard.testkit.matrix.spec import LEDGER_FAULTS, CrashPoint, EpisodeSpec, draw
 
-__all__ = ["CrashPoint", "EpisodeContext", "EpisodeResult", "EpisodeSpec", "draw", "run"]
+__all__ = ["LEDGER_FAULTS", "CrashPoint", "EpisodeResult", "EpisodeSpec", "draw", "run"]
 
 #: Lease of every matrix contract; a stall advances the clock past it.
 LEASE_SECONDS = 30.0
 #: Calls one episode may make (the first, then recoveries) before it counts as unresolved.
 MAX_CALLS = 8
-#: Attempts whose faults are drawn (one more than the contracts' max_attempts).
-PLANNED_ATTEMPTS = 4
 #: Upper bound on any wait for a thread or a child; reaching it is a failure, not a result.
 WAIT_SECONDS = 60.0
-
-_FAULTS = (Fault.NONE, Fault.FAIL_BEFORE_COMMIT, Fault.LOSE_ACK, Fault.PENDING)
-_FAULT_WEIGHTS = (40, 20, 25, 15)
-#: The share of episodes whose destination is unreachable for their first attempts.
-_UNREACHABLE_SHARE = 0.15
-#: The share of the other episodes (no crash, destination reachable) whose ledger file is replaced.
-_REPLACED_SHARE = 0.25
-_KILLS = frozenset({Fault.CRASH_BEFORE_COMMIT, Fault.CRASH_AFTER_COMMIT})
 _SETTLED = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED, EffectStatus.QUARANTINED})
-
-
-class CrashPoint(enum.StrEnum):
-    """Where the process owning an operation fails, if anywhere."""
-
-    NONE = "none"
-    BEFORE_COMMIT = "crash-before-commit"
-    AFTER_COMMIT = "crash-after-commit"
-    STALL = "stall-past-lease"
-
-
-_CRASH_WEIGHTS = {
-    CrashPoint.NONE: 55,
-    CrashPoint.BEFORE_COMMIT: 15,
-    CrashPoint.AFTER_COMMIT: 15,
-    CrashPoint.STALL: 15,
-}
-_CRASH_FAULTS = {
-    CrashPoint.BEFORE_COMMIT: Fault.CRASH_BEFORE_COMMIT,
-    CrashPoint.AFTER_COMMIT: Fault.CRASH_AFTER_COMMIT,
-    CrashPoint.STALL: Fault.LATE_COMMIT,
-}
-
-
-@dataclass(frozen=True, slots=True)
-class EpisodeSpec:
-    """What one episode does, all of it drawn from the matrix's seed."""
-
-    number: int
-    kind: ContractKind
-    service: Service
-    faults: tuple[Fault, ...]
-    crash: CrashPoint
-    pending_probes: int
-    visible_after_reads: int
-    unreachable: int = 0
-    ledger_replaced: ReplacePoint = ReplacePoint.NONE
-    replaced_by_empty: bool = False
-
-    @property
-    def subject(self) -> str:
-        """The episode's business identifier."""
-        return f"episode-{self.number:05d}"
-
-
-def draw(number: int, rng: random.Random) -> EpisodeSpec:
-    """Draw episode ``number``; kinds take turns so each gets a fair share."""
-    kinds = list(ContractKind)
-    kind = kinds[number % len(kinds)]
-    service = rng.choice([Service.PAYMENT, Service.EMAIL])
-    if kind is ContractKind.GUARANTEED_KEY:
-        service = Service.PAYMENT
-    faults = rng.choices(_FAULTS, weights=_FAULT_WEIGHTS, k=PLANNED_ATTEMPTS)
-    crash = rng.choices(list(_CRASH_WEIGHTS), weights=list(_CRASH_WEIGHTS.values()))[0]
-    crash_attempt = rng.choice([1, 2])
-    if crash is not CrashPoint.NONE:
-        faults[0 if crash is CrashPoint.STALL else crash_attempt - 1] = _CRASH_FAULTS[crash]
-    unreachable = 0
-    if rng.random() < _UNREACHABLE_SHARE:
-        # Up to one attempt more than a call's budget: the outage outlasts a call.
-        unreachable, crash = rng.randint(1, PLANNED_ATTEMPTS), CrashPoint.NONE
-        faults = [Fault.UNREACHABLE] * unreachable + [Fault.NONE] * (
-            PLANNED_ATTEMPTS - unreachable
-        )
-    replaced, by_empty = ReplacePoint.NONE, False
-    if crash is CrashPoint.NONE and not unreachable and rng.random() < _REPLACED_SHARE:
-        replaced = rng.choice([ReplacePoint.BEFORE_CLAIM, ReplacePoint.BEFORE_OUTCOME])
-        by_empty = rng.random() < 0.5  # noqa: PLR2004 - moved away or replaced, evenly
-    return EpisodeSpec(
-        number=number,
-        kind=kind,
-        service=service,
-        faults=tuple(faults),
-        crash=crash,
-        pending_probes=rng.randint(1, 2),
-        visible_after_reads=rng.randint(1, 3),
-        unreachable=unreachable,
-        ledger_replaced=replaced,
-        replaced_by_empty=by_empty,
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +77,16 @@ class EpisodeResult:
     """Calls the ledger refused while its file was moved away or replaced."""
     dispatched_when_refused: int = 0
     """Provider requests sent while the ledger file was gone, beyond one in flight (must be 0)."""
+    takeovers: int = 0
+    """Writers that took the operation over from another (owner gone or lease expired)."""
+    lease_expiries: int = 0
+    """Takeovers of a lease that had expired while its owner was alive."""
+    fenced: int = 0
+    """Writes refused because another writer held the lease (every process counted)."""
+    met_live_lease: int = 0
+    """Calls that found another process working on the operation and left it alone."""
+    as_expected: bool = True
+    """The episode's fault had the outcome it must have (see ``ledger_faults.EXPECTED``)."""
 
     @property
     def duplicates(self) -> int:
@@ -188,36 +114,25 @@ class EpisodeResult:
             "needless_quarantine": self.needless_quarantine,
             "refused": self.refused,
             "dispatched_when_refused": self.dispatched_when_refused,
+            "ledger_fault": self.spec.ledger_fault.value,
+            "takeovers": self.takeovers,
+            "lease_expiries": self.lease_expiries,
+            "fenced": self.fenced,
+            "met_live_lease": self.met_live_lease,
+            "as_expected": self.as_expected,
         }
-
-
-@dataclass
-class EpisodeContext:
-    """What episodes share: the ledger, its clock, the crash helper, a work directory."""
-
-    ledger: SQLiteEffectLedger
-    clock: ManualClock
-    children: ChildRunner
-    workdir: Path
-    broken_contract: bool = False
-    jitter: Jitter = field(default_factory=lambda: seeded_jitter(0))
-    ignore_ledger_refusal: bool = False
-
-    @property
-    def executor(self) -> EffectExecutor:
-        """An executor on the shared ledger and clock; its waits advance the clock."""
-        return EffectExecutor(self.ledger, clock=self.clock, jitter=self.jitter)
 
 
 def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
     """Run one episode to the end of its call budget and judge it."""
     crashes = spec.crash in (CrashPoint.BEFORE_COMMIT, CrashPoint.AFTER_COMMIT)
-    provider_path = context.workdir / f"provider-{spec.number:05d}.db" if crashes else None
+    shared = crashes or context.shares_providers
+    provider_path = context.workdir / f"provider-{spec.number:05d}.db" if shared else None
     broken = context.broken_contract and spec.kind is ContractKind.GUARANTEED_KEY
     planned = FaultPlan(dict(enumerate(spec.faults, 1)), pending_probes=spec.pending_probes)
     # A crash fault is the child's death; this process, recovering, must never die of it.
     survivable = {
-        attempt: Fault.NONE if fault in _KILLS else fault
+        attempt: Fault.NONE if fault in KILLS else fault
         for attempt, fault in planned.faults.items()
     }
     setup = build_setup(
@@ -231,29 +146,18 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
         late_commit_after=WAIT_SECONDS,
         broken_key=broken,
     )
+    round_run = (
+        context.worker_run(setup, planned, provider_path) if context.shares_providers else None
+    )
+    tally, fenced_before = RoundTally(), context.fenced
     calls, killed = 0, False
     if crashes:
-        if provider_path is None:
-            msg = f"crash episode {spec!r} without a provider file"
-            raise InternalError(msg)
-        ended = context.children.run(
-            ChildRun(
-                ledger_path=str(context.ledger.path),
-                provider_path=str(provider_path),
-                kind=spec.kind,
-                service=spec.service,
-                subject=spec.subject,
-                faults=planned,
-                now=context.clock(),
-                visible_after_reads=spec.visible_after_reads,
-                lease_seconds=LEASE_SECONDS,
-                broken_key=broken,
-            )
-        )
-        calls, killed = 1, ended.killed
-    elif spec.crash is CrashPoint.STALL:
-        calls = _stall(setup, context)
+        calls, killed = 1, _crash(spec, setup, planned, provider_path, context)
+    elif spec.crash is CrashPoint.STALL or spec.ledger_fault is LedgerFault.CLOCK_JUMP:
+        jump = spec.ledger_fault is LedgerFault.CLOCK_JUMP
+        calls = stall.stall(setup, context, jump=jump, run=round_run, tally=tally)
     refused = stray = 0
+    as_expected = True
     if spec.ledger_replaced is not ReplacePoint.NONE:
         aside = context.workdir / f"aside-{spec.number:05d}"
         away = play(
@@ -264,19 +168,85 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
             aside=aside,
         )
         calls, refused, stray = away.calls, away.refused, away.dispatched_when_refused
-    executor = context.executor
+    elif spec.ledger_fault not in (LedgerFault.NONE, LedgerFault.CLOCK_JUMP):
+        outcome = ledger_faults.play(spec.ledger_fault, setup, context)
+        calls, refused, as_expected = outcome.calls, outcome.refused, outcome.as_expected
     operation_id = setup.operation_id
     while calls < MAX_CALLS:
         record = context.ledger.get(operation_id)
         if record is not None and record.status in _SETTLED:
             break
-        executor.execute(setup.contract, setup.arguments, setup.handler)
+        context.call_round(setup, round_run, tally)
         calls += 1
         context.clock.advance(1.0)
+    return _judge(
+        spec,
+        setup,
+        context,
+        calls=calls,
+        killed=killed,
+        refused=refused,
+        stray=stray,
+        as_expected=as_expected,
+        fenced=context.fenced - fenced_before + tally.fenced,
+        met_live_lease=tally.met_live_lease,
+    )
+
+
+def _crash(
+    spec: EpisodeSpec,
+    setup: Setup,
+    planned: FaultPlan,
+    provider_path: Any,
+    context: EpisodeContext,
+) -> bool:
+    """The first call, in a child process that the planned fault may SIGKILL; True if it did."""
+    if provider_path is None:
+        msg = f"crash episode {spec!r} without a provider file"
+        raise InternalError(msg)
+    ended = context.children.run(
+        ChildRun(
+            ledger_path=context.site.target,
+            provider_path=str(provider_path),
+            kind=spec.kind,
+            service=spec.service,
+            subject=spec.subject,
+            faults=planned,
+            now=context.clock(),
+            visible_after_reads=spec.visible_after_reads,
+            lease_seconds=LEASE_SECONDS,
+            broken_key=setup.broken_key,
+            clock_path=str(context.clock.path),
+            ledger_options=context.site.options,
+        )
+    )
+    return ended.killed
+
+
+def _judge(
+    spec: EpisodeSpec,
+    setup: Setup,
+    context: EpisodeContext,
+    *,
+    calls: int,
+    killed: bool,
+    refused: int,
+    stray: int,
+    as_expected: bool,
+    fenced: int,
+    met_live_lease: int,
+) -> EpisodeResult:
+    """Judge the episode by the provider's count, and count the contention its events show."""
+    operation_id = setup.operation_id
     record = context.ledger.get(operation_id)
     if record is None:
         msg = f"episode {spec!r} never claimed operation {operation_id!r}"
         raise InternalError(msg)
+    contention = contention_of(context.ledger.events(operation_id))
+    if spec.ledger_fault is LedgerFault.CLOCK_JUMP:
+        as_expected = contention.takeovers >= 1
+    if spec.unreachable and record.status is EffectStatus.QUARANTINED:
+        as_expected = False  # connection refused: retried, never quarantined
     committed = setup.provider.committed()
     needless = _needless(spec, setup, record)
     setup.provider.close()
@@ -291,6 +261,11 @@ def run(spec: EpisodeSpec, context: EpisodeContext) -> EpisodeResult:
         needless_quarantine=needless,
         refused=refused,
         dispatched_when_refused=stray,
+        takeovers=contention.takeovers,
+        lease_expiries=contention.lease_expiries,
+        fenced=fenced,
+        met_live_lease=met_live_lease,
+        as_expected=as_expected,
     )
 
 
@@ -306,45 +281,3 @@ def _needless(spec: EpisodeSpec, setup: Setup, record: OperationRecord) -> bool:
         return False
     holds_effect = setup.provider.accepted(setup.reference) > 0
     return holds_effect or record.attempts < record.attempt_budget
-
-
-def _stall(setup: Setup, context: EpisodeContext) -> int:
-    """The owner stalls inside the provider past its lease; a second worker takes over.
-
-    Returns the number of calls made. The second worker runs in a thread too:
-    a contract that resends (a broken one) may itself be held by the provider,
-    and then both requests are released together.
-    """
-    executor = context.executor
-    provider = setup.provider
-    errors: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            executor.execute(setup.contract, setup.arguments, setup.handler)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the episode's own thread
-            errors.append(exc)
-
-    owner = threading.Thread(target=call, name=f"stalled-owner-{setup.operation_id}")
-    owner.start()
-    if not provider.wait_until_held(1, WAIT_SECONDS):
-        msg = f"{setup.operation_id}: the stalled owner never reached the provider"
-        raise RuntimeError(msg)
-    context.clock.advance(LEASE_SECONDS + 1)
-    successor = threading.Thread(target=call, name=f"successor-{setup.operation_id}")
-    successor.start()
-    deadline = time.monotonic() + WAIT_SECONDS
-    while successor.is_alive() and provider.held < 2:  # noqa: PLR2004 - owner and successor
-        if time.monotonic() > deadline:
-            msg = f"{setup.operation_id}: the successor neither finished nor reached the provider"
-            raise RuntimeError(msg)
-        successor.join(0.001)
-    provider.release_late()
-    for thread in (owner, successor):
-        thread.join(WAIT_SECONDS)
-        if thread.is_alive():
-            msg = f"{setup.operation_id}: {thread.name} did not finish"
-            raise RuntimeError(msg)
-    if errors:
-        raise errors[0]
-    return 2

@@ -1,11 +1,15 @@
 """The helper interpreter that forks episode children (``-m effectguard.testkit.matrix.helper``).
 
-Kept apart from :mod:`effectguard.testkit.matrix.child`, which the package
-imports, so that running it never re-executes a module already imported.
+Its arguments name modules to import before forking (a ledger backend and its
+driver), so that no child pays for importing them. Kept apart from
+:mod:`effectguard.testkit.matrix.child`, which the package imports, so that
+running it never re-executes a module already imported.
 """
 
+import importlib
 import logging
 import os
+import sys
 
 from effectguard.testkit.matrix.child import serve
 
@@ -15,4 +19,8 @@ if __name__ == "__main__":
     level = os.environ.get("EFFECTGUARD_LOG_LEVEL", "ERROR").upper()
     if level in logging.getLevelNamesMapping():
         logging.getLogger("effectguard").setLevel(level)
+    # Modules named on the command line (a backend's driver) are imported once, here,
+    # rather than by every forked child; none of them opens a connection on import.
+    for name in sys.argv[1:]:
+        importlib.import_module(name)
     serve()

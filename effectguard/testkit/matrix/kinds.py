@@ -56,6 +56,10 @@ class Setup:
     contract: EffectContract
     arguments: Mapping[str, Any]
     handler: Callable[..., Any]
+    subject: str = ""
+    visible_after_reads: int = 2
+    lease_seconds: float = 30.0
+    broken_key: bool = False
 
     @property
     def operation_id(self) -> str:
@@ -170,7 +174,18 @@ def build_setup(
     handler: Callable[..., Any] = provider.handler
     if broken_key:
         handler = _fresh_key_per_request(provider)
-    return Setup(kind, service, provider, contract, arguments, handler)
+    return Setup(
+        kind,
+        service,
+        provider,
+        contract,
+        arguments,
+        handler,
+        subject=subject,
+        visible_after_reads=visible_after_reads,
+        lease_seconds=lease_seconds,
+        broken_key=broken_key,
+    )
 
 
 def _fresh_key_per_request(provider: FakeProvider) -> Callable[..., Any]:

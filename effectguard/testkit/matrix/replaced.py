@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from effectguard.errors import LedgerUnavailableError
+from effectguard.errors import InternalError, LedgerUnavailableError
 from effectguard.executor import EffectExecutor
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from effectguard.testkit.matrix.episode import EpisodeContext
+    from effectguard.testkit.matrix.context import EpisodeContext
     from effectguard.testkit.matrix.kinds import Setup
 
 __all__ = ["Displacement", "LedgerFiles", "ReplacePoint", "play"]
@@ -101,10 +101,14 @@ def play(
     process instead "fixes" the refusal the wrong way, by opening the path
     again and executing there: the matrix must catch that at the provider.
     """
+    ledger = context.ledger
+    if not isinstance(ledger, SQLiteEffectLedger):
+        msg = f"the ledger-replaced fault needs a SQLite ledger file, not {ledger!r}"
+        raise InternalError(msg)
     # The fault is a file replaced under a process that has it open: make sure it is
     # (the first episode may come before any write); an empty load writes nothing.
-    context.ledger.bulk_load([])
-    files = LedgerFiles(context.ledger.path, aside)
+    ledger.bulk_load([])
+    files = LedgerFiles(ledger.path, aside)
     handler = setup.handler
     if point is ReplacePoint.BEFORE_CLAIM:
         files.displace(by_empty=by_empty)
@@ -136,7 +140,7 @@ def _call(setup: Setup, context: EpisodeContext, handler: Callable[..., Any]) ->
 
 def _reopen_and_execute(setup: Setup, context: EpisodeContext) -> None:
     """The wrong fix for a refusal: open whatever the path names now and carry on there."""
-    with SQLiteEffectLedger(context.ledger.path, clock=context.clock) as reopened:
+    with SQLiteEffectLedger(context.site.target, clock=context.clock) as reopened:
         executor = EffectExecutor(reopened, clock=context.clock, jitter=context.jitter)
         executor.execute(setup.contract, setup.arguments, setup.handler)
 

@@ -1,4 +1,4 @@
-"""A local TCP forwarder to the PostgreSQL server that a test can break on purpose.
+"""``TcpProxy``: a local TCP forwarder to a PostgreSQL server that a test can break on purpose.
 
 ``cut()`` drops every connection and refuses new ones, as a server restart or a
 failover looks to a client; ``restore()`` lets connections through again.
@@ -8,7 +8,8 @@ drops the connection before the client reads the answer: a lost acknowledgement;
 its ``then`` runs at that moment, before the client learns of the drop.
 ``round_trips`` counts the requests the server has finished (its ReadyForQuery
 messages), so a test can count what a call costs in round trips, not time.
-The shared server itself is never touched.
+The shared server itself is never touched. Used by the ledger's PostgreSQL
+tests and by the fault matrix's ledger faults.
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ import threading
 from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
+__all__ = ["TcpProxy"]
+
 # ReadyForQuery ('Z', length 5): the server has finished the request, commit included.
 _READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
 
 
 class _Pair:
+    """One client connection and its upstream connection to the server."""
+
     def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
         self.client = client
         self.upstream = upstream
@@ -84,6 +89,12 @@ class TcpProxy:
         with self._lock:
             self._marker = marker
             self._then = then
+
+    def keep_replies(self) -> None:
+        """Forget a reply loss armed by :meth:`lose_reply_to` that no request has met yet."""
+        with self._lock:
+            self._marker = None
+            self._then = None
 
     def close(self) -> None:
         """Stop listening and drop every connection."""

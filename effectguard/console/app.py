@@ -1,0 +1,259 @@
+"""The console's web application: pages over the ledger, and resolutions through its audited API.
+
+Built with Starlette (routing, forms, responses) and Jinja2 (templates that
+escape everything they print). Every route requires the access token; every
+write requires the CSRF token, a reason and an evidence reference; with
+``read_only`` the write route does not exist at all.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+try:
+    import jinja2
+    from starlette.applications import Starlette
+    from starlette.middleware import Middleware
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+    from starlette.routing import Route
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised by a subprocess test
+    msg = (
+        f"the effectguard console needs the 'console' extra ({exc.name} is not installed): "
+        "pip install 'effectguard[console]'"
+    )
+    raise ImportError(msg) from exc
+
+from effectguard.console.attention import ATTENTION_STATUSES, needs_attention
+from effectguard.console.guard import GuardMiddleware
+from effectguard.console.resolve import (
+    ACTIONS,
+    ResolutionRefused,
+    parse_resolution,
+    reprobe,
+    resolve,
+)
+from effectguard.console.security import AccessGuard
+from effectguard.errors import EffectGuardError
+from effectguard.ledger.resolution import os_user
+from effectguard.model import EffectStatus
+
+if TYPE_CHECKING:
+    from effectguard.decorator.discovery import ToolIndex
+    from effectguard.ledger import EffectLedger
+    from effectguard.runtime import RunView
+
+__all__ = ["ConsoleSettings", "create_app"]
+
+_HERE = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True, slots=True)
+class ConsoleSettings:
+    """What one console serves, and as whom it writes.
+
+    ``actor`` is recorded on every resolution (the ledger also records the OS
+    account and host of the process). ``checkpoints`` is a runtime checkpoint
+    file whose WAITING runs the console shows, or None. ``tools`` (the
+    decorated tools, as ``agent-effect-ops --tools`` loads them) lets the
+    console check a confirmation's output against the tool's return type and
+    re-probe an operation; without them outputs are unchecked (with a warning)
+    and there is no re-probe.
+    """
+
+    ledger: EffectLedger
+    token: str
+    actor: str
+    read_only: bool = False
+    checkpoints: str | None = None
+    tools: ToolIndex | None = None
+    page_size: int = 50
+
+
+class _Pages:
+    """The route handlers, sharing one ledger, one template environment and one guard."""
+
+    def __init__(self, settings: ConsoleSettings, guard: AccessGuard) -> None:
+        self.settings = settings
+        self.guard = guard
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(_HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+        self.templates.filters["tojson_pretty"] = _pretty
+
+    def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        template = self.templates.get_template(name)
+        page = template.render(
+            read_only=self.settings.read_only,
+            actor=self.settings.actor,
+            csrf=self.guard.csrf,
+            **context,
+        )
+        return HTMLResponse(page, status_code=status_code)
+
+    def problem(self, message: str, status_code: int) -> HTMLResponse:
+        return self.render("problem.html", status_code=status_code, message=message)
+
+    def attention(self, request: Request) -> Response:
+        query = request.query_params
+        try:
+            status = EffectStatus.parse(query["status"]) if query.get("status") else None
+            page = int(query.get("page", "1"))
+            found = needs_attention(
+                self.settings.ledger,
+                status=status,
+                contract=query.get("contract") or None,
+                page=page,
+                page_size=self.settings.page_size,
+            )
+        except ValueError as exc:
+            return self.problem(str(exc), 400)
+        return self.render(
+            "attention.html",
+            found=found,
+            statuses=[s.value for s in ATTENTION_STATUSES],
+            status=status.value if status else "",
+            contract=query.get("contract", ""),
+            page_link=lambda n: (
+                "/?" + urlencode({k: v for k, v in {**query, "page": str(n)}.items() if v})
+            ),
+        )
+
+    def operation(self, request: Request) -> Response:
+        operation_id = request.query_params.get("id", "")
+        ledger = self.settings.ledger
+        try:
+            record = ledger.get(operation_id)
+            if record is None:
+                return self.problem(f"no operation {operation_id!r} in the ledger", 404)
+            events = ledger.events(operation_id)
+        except EffectGuardError as exc:
+            return self.problem(str(exc), 400)
+        blocked = [
+            run
+            for run in self.waiting_runs()
+            if any(op.operation_id == operation_id for op in run.operations)
+        ]
+        return self.render(
+            "operation.html",
+            record=record,
+            events=events,
+            chain=_chain_check(record, events),
+            blocked=blocked,
+            actions=ACTIONS,
+            can_reprobe=self.settings.tools is not None,
+            done=request.query_params.get("done", ""),
+        )
+
+    def waiting_runs(self) -> list[RunView]:
+        """The WAITING runs of the checkpoint file, with their operations' status now."""
+        if self.settings.checkpoints is None:
+            return []
+        from effectguard.runtime import SQLiteCheckpointStore, list_runs  # noqa: PLC0415 - only with checkpoints
+
+        with SQLiteCheckpointStore(self.settings.checkpoints) as store:
+            return list_runs(store, self.settings.ledger)
+
+    def runs(self, request: Request) -> Response:  # noqa: ARG002 - Starlette's handler signature
+        if self.settings.checkpoints is None:
+            return self.render("runs.html", runs=None)
+        return self.render("runs.html", runs=self.waiting_runs())
+
+    async def form(self, request: Request) -> dict[str, str] | Response:
+        """The posted form's text fields, or the 403 page when its CSRF token is wrong."""
+        form = await request.form()
+        fields = {key: value for key, value in form.items() if isinstance(value, str)}
+        if not self.guard.csrf_ok(fields.get("csrf")):
+            return self.problem("the form's CSRF token is missing or wrong; reload the page", 403)
+        return fields
+
+    async def resolve(self, request: Request) -> Response:
+        fields = await self.form(request)
+        if isinstance(fields, Response):
+            return fields
+        preview = fields.get("submit") == "preview"
+        try:
+            resolution = parse_resolution(fields)
+            done = resolve(
+                self.settings.ledger,
+                resolution,
+                actor=self.settings.actor,
+                tools=self.settings.tools,
+                dry_run=preview,
+            )
+        except (ValueError, ResolutionRefused) as exc:
+            return self.problem(str(exc), 400)
+        if preview:
+            return self.render("preview.html", done=done, fields=fields, action="/resolve")
+        target = "/operation?" + urlencode({"id": done.after.operation_id, "done": done.action})
+        return RedirectResponse(target, status_code=303)
+
+    async def reprobe(self, request: Request) -> Response:
+        fields = await self.form(request)
+        if isinstance(fields, Response):
+            return fields
+        tools = self.settings.tools
+        if tools is None:  # pragma: no cover - the route exists only with tools
+            return self.problem("start the console with --tools to re-probe", 400)
+        operation_id = fields.get("operation_id", "")
+        preview = fields.get("submit") == "preview"
+        actor = f"{self.settings.actor} (console, as {os_user()})"
+        try:
+            outcome = reprobe(
+                self.settings.ledger, operation_id, tools, actor=actor, dry_run=preview
+            )
+        except ResolutionRefused as exc:
+            return self.problem(str(exc), 400)
+        if preview:
+            return self.render("reprobed.html", outcome=outcome, fields=fields)
+        target = "/operation?" + urlencode({"id": operation_id, "done": "re-probe"})
+        return RedirectResponse(target, status_code=303)
+
+    def stylesheet(self, request: Request) -> Response:  # noqa: ARG002 - Starlette's handler signature
+        css = (_HERE / "templates" / "console.css").read_text(encoding="utf-8")
+        return PlainTextResponse(css, media_type="text/css")
+
+
+def _pretty(value: Any) -> str:
+    """JSON for a person to read: indented, keys sorted, non-ASCII kept."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _chain_check(record: Any, events: list[Any]) -> list[str]:
+    """Problems with this operation's own hash chain (empty when whole)."""
+    from effectguard.ledger.chain import check  # noqa: PLC0415 - the chain check of one operation
+
+    problems = check(
+        record.operation_id, record.event_count, record.event_head, events, record.status.value
+    )
+    return [p.problem if p.seq is None else f"event {p.seq}: {p.problem}" for p in problems]
+
+
+def create_app(settings: ConsoleSettings) -> Starlette:
+    """Return the console as an ASGI application over ``settings.ledger``.
+
+    Every request needs the access token ``settings.token``; with
+    ``settings.read_only`` no route writes to the ledger.
+    """
+    guard = AccessGuard(settings.token)
+    pages = _Pages(settings, guard)
+    routes = [
+        Route("/", pages.attention, methods=["GET"]),
+        Route("/operation", pages.operation, methods=["GET"]),
+        Route("/runs", pages.runs, methods=["GET"]),
+        Route("/console.css", pages.stylesheet, methods=["GET"]),
+    ]
+    if not settings.read_only:
+        routes.append(Route("/resolve", pages.resolve, methods=["POST"]))
+        if settings.tools is not None:
+            routes.append(Route("/reprobe", pages.reprobe, methods=["POST"]))
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(GuardMiddleware, guard=guard, forbidden=pages.problem)],
+    )

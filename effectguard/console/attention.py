@@ -1,0 +1,92 @@
+"""What needs a person: the operations an operator must look at, oldest first, a page at a time.
+
+Plain functions over the public ledger API, with no web framework in them, so
+the console's pages and their tests read the same facts the CLI prints.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from effectguard.model import EffectStatus
+
+if TYPE_CHECKING:
+    from effectguard.ledger import EffectLedger
+    from effectguard.model import OperationRecord
+
+__all__ = ["ATTENTION_STATUSES", "AttentionPage", "needs_attention"]
+
+#: Statuses that wait on a person or on recovery. DISPATCHED counts only once its
+#: lease has expired or its owner is gone: a live dispatch is work in progress.
+ATTENTION_STATUSES = (
+    EffectStatus.QUARANTINED,
+    EffectStatus.OUTCOME_UNKNOWN,
+    EffectStatus.RECONCILING,
+    EffectStatus.DISPATCHED,
+)
+
+#: How many operations of one status a page reads at most. Beyond it the page
+#: says it is truncated instead of loading the whole ledger into memory.
+SCAN_LIMIT = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionPage:
+    """One page of the operations that need attention, with counts over everything scanned.
+
+    ``counts`` maps (contract, status) to how many operations were found;
+    ``truncated`` is true when some status had :data:`SCAN_LIMIT` or more
+    operations: counts and pages then cover only its most recently changed ones.
+    """
+
+    rows: tuple[OperationRecord, ...]
+    counts: dict[tuple[str, str], int]
+    total: int
+    page: int
+    pages: int
+    truncated: bool
+
+
+def needs_attention(
+    ledger: EffectLedger,
+    *,
+    status: EffectStatus | None = None,
+    contract: str | None = None,
+    page: int = 1,
+    page_size: int = 50,
+) -> AttentionPage:
+    """Return page ``page`` (from 1) of the operations that need a person, oldest change first.
+
+    ``status`` narrows to one of :data:`ATTENTION_STATUSES` and ``contract`` to
+    one contract name; a status outside that set is a ``ValueError``.
+    """
+    if status is not None and status not in ATTENTION_STATUSES:
+        names = ", ".join(s.value for s in ATTENTION_STATUSES)
+        msg = f"{status.value} does not need attention; filter by one of {names}"
+        raise ValueError(msg)
+    found: list[OperationRecord] = []
+    truncated = False
+    for wanted in (status,) if status is not None else ATTENTION_STATUSES:
+        listed = ledger.list_operations(status=wanted, contract=contract, limit=SCAN_LIMIT)
+        truncated = truncated or len(listed) >= SCAN_LIMIT
+        found.extend(record for record in listed if _stuck(record))
+    found.sort(key=lambda record: (record.updated_at, record.operation_id))
+    counts = Counter((record.contract, record.status.value) for record in found)
+    pages = max(1, -(-len(found) // page_size))
+    page = min(max(1, page), pages)
+    start = (page - 1) * page_size
+    return AttentionPage(
+        rows=tuple(found[start : start + page_size]),
+        counts=dict(sorted(counts.items())),
+        total=len(found),
+        page=page,
+        pages=pages,
+        truncated=truncated,
+    )
+
+
+def _stuck(record: OperationRecord) -> bool:
+    """True unless ``record`` is a dispatch still held by a live lease."""
+    return record.status is not EffectStatus.DISPATCHED or not record.lease_live

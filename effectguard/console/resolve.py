@@ -1,0 +1,146 @@
+"""An operator's resolution as the console receives it: parsed, checked, then applied.
+
+The console writes only through the functions ``agent-effect-ops`` uses
+(:mod:`effectguard.operator_actions` and the re-probe of
+:mod:`effectguard.executor.reprobe`), so its resolutions obey exactly the
+rules, checks and dry runs, and leave exactly the audit trail, of the CLI. A
+form that is incomplete or malformed is refused before the ledger is touched.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from effectguard import operator_actions
+from effectguard.errors import EffectGuardError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from effectguard.decorator.discovery import ToolIndex
+    from effectguard.executor.reprobe import ReprobeOutcome
+    from effectguard.ledger import EffectLedger
+
+__all__ = ["ACTIONS", "Resolution", "ResolutionRefused", "parse_resolution", "reprobe", "resolve"]
+
+#: What an operator can do to an operation, as the CLI names the commands.
+ACTIONS = operator_actions.ACTIONS
+
+
+class ResolutionRefused(Exception):
+    """The ledger refused the resolution; the message is one line and nothing was written."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """One operator decision about one operation, with its audit fields."""
+
+    action: str
+    operation_id: str
+    reason: str
+    evidence_reference: str
+    output: Any = None
+    provider_operation_id: str | None = None
+
+
+def parse_resolution(form: Mapping[str, str]) -> Resolution:
+    """Return the resolution a form describes; a ``ValueError`` names all that is missing."""
+    action = form.get("action", "")
+    if action not in ACTIONS:
+        msg = f"unknown action {action!r}: use one of {', '.join(ACTIONS)}"
+        raise ValueError(msg)
+    fields = {
+        name: form.get(name, "").strip()
+        for name in ("operation_id", "reason", "evidence_reference")
+    }
+    required = list(fields)
+    if action == "confirm":
+        required += ["output_json", "provider_operation_id"]
+        fields["output_json"] = form.get("output_json", "").strip()
+        fields["provider_operation_id"] = form.get("provider_operation_id", "").strip()
+    missing = [name.replace("_", " ") for name in required if not fields[name]]
+    if missing:
+        msg = f"{action} needs: {', '.join(missing)}"
+        raise ValueError(msg)
+    output = None
+    if action == "confirm":
+        output = _json(fields["output_json"])
+    return Resolution(
+        action=action,
+        operation_id=fields["operation_id"],
+        reason=fields["reason"],
+        evidence_reference=fields["evidence_reference"],
+        output=output,
+        provider_operation_id=fields.get("provider_operation_id"),
+    )
+
+
+def _json(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        msg = f"{constant} is not a JSON number"
+        raise ValueError(msg)
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except RecursionError as exc:
+        msg = "the output is not storable JSON: it is nested too deeply"
+        raise ValueError(msg) from exc
+    except ValueError as exc:
+        msg = f"the output is not valid JSON: {exc}"
+        raise ValueError(msg) from exc
+
+
+def resolve(
+    ledger: EffectLedger,
+    resolution: Resolution,
+    *,
+    actor: str,
+    tools: ToolIndex | None = None,
+    dry_run: bool = False,
+) -> operator_actions.Resolution:
+    """Apply (or, with ``dry_run``, preview) ``resolution`` as ``actor``.
+
+    The same checks as ``agent-effect-ops``: with ``tools``, a confirmation's
+    output must fit the tool's return type. :class:`ResolutionRefused` when
+    the ledger or a check refuses it; nothing is written then.
+    """
+    try:
+        return operator_actions.resolve(
+            ledger,
+            resolution.operation_id,
+            resolution.action,  # type: ignore[arg-type]  # checked by parse_resolution
+            actor=actor,
+            reason=resolution.reason,
+            evidence_reference=resolution.evidence_reference,
+            output=resolution.output,
+            provider_operation_id=resolution.provider_operation_id,
+            tools=tools,
+            dry_run=dry_run,
+        )
+    except EffectGuardError as exc:
+        raise ResolutionRefused(str(exc)) from exc
+
+
+def reprobe(
+    ledger: EffectLedger, operation_id: str, tools: ToolIndex, *, actor: str, dry_run: bool
+) -> ReprobeOutcome:
+    """Run the operation's probe now, as ``agent-effect-ops reprobe`` does; never dispatches."""
+    from effectguard.executor.reprobe import reprobe as run_reprobe  # noqa: PLC0415 - on use
+
+    try:
+        record = ledger.get(operation_id)
+        if record is None:
+            msg = f"no operation {operation_id!r} in the ledger"
+            raise ResolutionRefused(msg)
+        found = tools.find(record.contract, record.contract_version)
+        return run_reprobe(
+            ledger,
+            record,
+            None if found is None else found.contract,  # type: ignore[arg-type]  # refused inside
+            actor=actor,
+            dry_run=dry_run,
+        )
+    except EffectGuardError as exc:
+        raise ResolutionRefused(str(exc)) from exc

@@ -1,0 +1,411 @@
+"""The console's routes through Starlette's test client, over both ledger backends.
+
+Every resolution is checked in the ledger and at the fake provider, which must
+still hold exactly the one payment it committed before its acknowledgement was lost.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from extras_support import import_extra
+
+import_extra("starlette", "console")
+import_extra("starlette.testclient", "console")
+
+from console_support import (  # noqa: E402 - imported once the extra is known to be installed
+    RUN_ID,
+    RUN_OPERATION,
+    TOKEN,
+    operation_id,
+    quarantine,
+    quarantined_with_probe,
+    replay,
+    sqlite_state,
+    waiting_run,
+)
+from starlette.testclient import TestClient  # noqa: E402 - imported once the extra is known to be installed
+
+from effectguard import EffectLedger, EffectStatus  # noqa: E402 - imported once the extra is known to be installed
+from effectguard.console import ConsoleSettings, create_app  # noqa: E402 - imported once the extra is known to be installed
+from effectguard.console.security import COOKIE, SECURITY_HEADERS  # noqa: E402 - imported once the extra is known to be installed
+from effectguard.decorator.discovery import load_tools  # noqa: E402 - imported once the extra is known to be installed
+
+CSRF_FIELD = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
+
+
+def _client(ledger: EffectLedger, **options: Any) -> TestClient:
+    settings = ConsoleSettings(ledger=ledger, token=TOKEN, actor="alice", **options)
+    return TestClient(create_app(settings), follow_redirects=False)
+
+
+@pytest.fixture
+def console(ledger: EffectLedger) -> Iterator[Callable[..., TestClient]]:
+    """Open a console over this test's ledger, logged in with the access token."""
+    clients: list[TestClient] = []
+
+    def open_console(**options: Any) -> TestClient:
+        client = _client(ledger, **options)
+        client.cookies.set(COOKIE, TOKEN)
+        clients.append(client)
+        return client
+
+    yield open_console
+    for client in clients:
+        client.close()
+
+
+def _csrf(client: TestClient, op: str) -> str:
+    page = client.get("/operation", params={"id": op})
+    assert page.status_code == 200, page.text
+    found = CSRF_FIELD.search(page.text)
+    assert found is not None, "the operation page has no resolution form"
+    return found.group(1)
+
+
+def _resolve(client: TestClient, op: str, action: str, **fields: str) -> Any:
+    form = {
+        "csrf": _csrf(client, op),
+        "operation_id": op,
+        "action": action,
+        "reason": "checked the provider dashboard",
+        "evidence_reference": "INC-42",
+        **fields,
+    }
+    return client.post("/resolve", data=form)
+
+
+def test_every_route_refuses_a_request_without_the_token(ledger: EffectLedger):
+    quarantine(ledger, "A1")
+    client = _client(ledger)
+    for method, path in (
+        ("GET", "/"),
+        ("GET", "/operation?id=x"),
+        ("GET", "/runs"),
+        ("POST", "/resolve"),
+    ):
+        response = client.request(method, path)
+        assert response.status_code == 403, (method, path)
+        assert "access token" in response.text
+    client.cookies.set(COOKIE, "not-the-token-but-long-enough")
+    assert client.get("/").status_code == 403
+    assert client.get("/", params={"token": "wrong-token-of-some-length"}).status_code == 403
+
+
+def test_the_token_url_sets_a_strict_cookie_and_drops_the_token_from_the_address(
+    ledger: EffectLedger,
+):
+    quarantine(ledger, "A1")
+    client = _client(ledger)
+    first = client.get("/", params={"token": TOKEN, "status": "QUARANTINED"})
+    assert first.status_code == 303
+    assert first.headers["location"] == "/?status=QUARANTINED"
+    cookie = first.headers["set-cookie"]
+    assert f"{COOKIE}={TOKEN}" in cookie
+    assert "httponly" in cookie.lower()
+    assert "samesite=strict" in cookie.lower()
+    client.cookies.set(COOKIE, TOKEN)
+    page = client.get("/", params={"status": "QUARANTINED"})
+    assert page.status_code == 200
+    assert operation_id("A1") in page.text
+    for name, value in SECURITY_HEADERS.items():
+        assert page.headers[name] == value
+    assert first.headers["x-frame-options"] == "DENY"
+
+
+def test_needs_attention_lists_filters_and_pages_oldest_first(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    for invoice in ("A1", "A2", "A3"):
+        quarantine(ledger, invoice)
+    quarantine(ledger, "B1", contract="refund")
+    client = console(page_size=2)
+    first = client.get("/").text
+    assert first.index(operation_id("A1")) < first.index(operation_id("A2"))
+    assert operation_id("A3") not in first
+    assert "Page 1 of 2 (4 operations)" in first
+    second = client.get("/", params={"page": "2"}).text
+    assert operation_id("A3") in second
+    assert operation_id("B1") in second
+    refunds = client.get("/", params={"contract": "refund"}).text
+    assert operation_id("B1") in refunds
+    assert operation_id("A1") not in refunds
+    unknown = client.get("/", params={"status": "OUTCOME_UNKNOWN"}).text
+    assert "Nothing needs a person right now." in unknown
+    refused = client.get("/", params={"status": "CONFIRMED"})
+    assert refused.status_code == 400
+    assert "does not need attention" in refused.text
+
+
+def test_the_operation_page_shows_its_history_and_a_whole_chain(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    quarantine(ledger, "A1")
+    page = console().get("/operation", params={"id": operation_id("A1")})
+    assert page.status_code == 200
+    assert ">QUARANTINED<" in page.text
+    assert f"Whole: {len(ledger.events(operation_id('A1')))} events" in page.text
+    assert "tok_secret" not in page.text
+    missing = console().get("/operation", params={"id": "no-such-op"})
+    assert missing.status_code == 404
+
+
+def test_confirm_records_actor_and_reason_and_the_provider_keeps_one_payment(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    provider = quarantine(ledger, "A1")
+    op = operation_id("A1")
+    response = _resolve(
+        console(), op, "confirm", output_json='{"charge": "ch_1"}', provider_operation_id="ch_1"
+    )
+    assert response.status_code == 303
+    record = ledger.get(op)
+    assert record is not None
+    assert record.status is EffectStatus.CONFIRMED
+    last = ledger.events(op)[-1]
+    assert last.evidence["actor"] == "alice"
+    assert last.evidence["reason"] == "checked the provider dashboard"
+    assert last.evidence["evidence_reference"] == "INC-42"
+    assert replay(ledger, "A1", provider).output == {"charge": "ch_1"}
+    assert provider.committed() == 1
+
+
+def test_reject_and_authorize_retry_go_through_the_audited_api(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    quarantine(ledger, "A1")
+    quarantine(ledger, "A2")
+    client = console()
+    assert _resolve(client, operation_id("A1"), "reject").status_code == 303
+    assert _resolve(client, operation_id("A2"), "authorize-retry").status_code == 303
+    rejected, retried = ledger.get(operation_id("A1")), ledger.get(operation_id("A2"))
+    assert rejected is not None
+    assert retried is not None
+    assert rejected.status is EffectStatus.REJECTED
+    assert retried.status is EffectStatus.PREPARED
+    assert retried.attempt_budget == retried.attempts + 1
+
+
+def _snapshot(ledger: EffectLedger, backend: str, target: str) -> Any:
+    records = [(r, ledger.events(r.operation_id)) for r in ledger.list_operations(limit=1000)]
+    return records, sqlite_state(Path(target)) if backend == "sqlite" else None
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "says"),
+    [
+        ({"csrf": "0" * 64}, 403, "CSRF"),
+        ({"csrf": ""}, 403, "CSRF"),
+        ({"reason": "  "}, 400, "confirm needs: reason"),
+        ({"output_json": "{not json"}, 400, "not valid JSON"),
+        ({"output_json": "NaN"}, 400, "not a JSON number"),
+        ({"action": "delete"}, 400, "unknown action"),
+        ({"operation_id": "no-such-op"}, 400, "no-such-op"),
+    ],
+)
+def test_a_refused_write_leaves_the_ledger_exactly_as_it_was(
+    ledger: EffectLedger,
+    console: Callable[..., TestClient],
+    backend: str,
+    ledger_target: str,
+    change: dict[str, str],
+    status: int,
+    says: str,
+):
+    provider = quarantine(ledger, "A1")
+    op = operation_id("A1")
+    client = console()
+    form = {
+        "csrf": _csrf(client, op),
+        "operation_id": op,
+        "action": "confirm",
+        "reason": "checked",
+        "evidence_reference": "INC-1",
+        "output_json": '{"charge": "ch_1"}',
+        "provider_operation_id": "ch_1",
+        **change,
+    }
+    before = _snapshot(ledger, backend, ledger_target)
+    response = client.post("/resolve", data=form)
+    assert response.status_code == status, response.text
+    assert says in response.text
+    assert "Nothing was written" in response.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    assert provider.committed() == 1
+
+
+def test_resolving_a_settled_operation_is_refused(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    quarantine(ledger, "A1")
+    client = console()
+    op = operation_id("A1")
+    csrf = _csrf(client, op)
+    assert _resolve(client, op, "reject").status_code == 303
+    again = client.post(
+        "/resolve",
+        data={
+            "csrf": csrf,
+            "operation_id": op,
+            "action": "authorize-retry",
+            "reason": "r",
+            "evidence_reference": "e",
+        },
+    )
+    assert again.status_code == 400
+    assert "it is REJECTED" in again.text
+
+
+def test_read_only_serves_no_write_route_and_no_form(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    quarantine(ledger, "A1")
+    client = console(read_only=True)
+    page = client.get("/operation", params={"id": operation_id("A1")})
+    assert page.status_code == 200
+    assert 'action="/resolve"' not in page.text
+    before = _snapshot(ledger, backend, ledger_target)
+    response = client.post(
+        "/resolve", data={"operation_id": operation_id("A1"), "action": "reject"}
+    )
+    assert response.status_code in (404, 405)
+    assert _snapshot(ledger, backend, ledger_target) == before
+
+
+def test_hostile_ids_and_evidence_are_escaped(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    hostile = "<script>alert(1)</script>"
+    quarantine(ledger, hostile)
+    client = console()
+    for page in (
+        client.get("/"),
+        client.get("/operation", params={"id": operation_id(hostile)}),
+    ):
+        assert page.status_code == 200
+        assert "<script>" not in page.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+    refused = client.post(
+        "/resolve",
+        data={
+            "csrf": _csrf(client, operation_id(hostile)),
+            "operation_id": hostile,
+            "action": "reject",
+            "reason": "r",
+            "evidence_reference": hostile,
+        },
+    )
+    assert refused.status_code == 400
+    assert "<script>" not in refused.text
+
+
+def test_preview_shows_the_change_and_writes_nothing(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    provider = quarantine(ledger, "A1")
+    op = operation_id("A1")
+    before = _snapshot(ledger, backend, ledger_target)
+    page = _resolve(
+        console(),
+        op,
+        "confirm",
+        output_json='{"charge": "ch_1"}',
+        provider_operation_id="ch_1",
+        submit="preview",
+    )
+    assert page.status_code == 200, page.text
+    assert "Nothing has been written" in page.text
+    assert re.search(r"<td>Status</td><td>QUARANTINED</td><td>CONFIRMED</td>", page.text)
+    assert "the output is unchecked" in page.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    assert provider.committed() == 1
+
+
+def test_with_tools_an_output_of_the_wrong_type_is_refused(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    tools = quarantined_with_probe(ledger)
+    client = console(tools=load_tools([tools]))
+    before = _snapshot(ledger, backend, ledger_target)
+    refused = _resolve(
+        client,
+        "invoice:INV-9:capture",
+        "confirm",
+        output_json='"yes it went through"',
+        provider_operation_id="ch_9",
+    )
+    assert refused.status_code == 400
+    assert "does not match" in refused.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    accepted = _resolve(
+        client,
+        "invoice:INV-9:capture",
+        "confirm",
+        output_json='{"id": "ch_9"}',
+        provider_operation_id="ch_9",
+    )
+    assert accepted.status_code == 303
+    assert tools.provider.committed() == 1
+
+
+def test_reprobe_confirms_on_the_providers_evidence_and_never_sends(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    tools = quarantined_with_probe(ledger)
+    op = "invoice:INV-9:capture"
+    assert console().post("/reprobe", data={"operation_id": op}).status_code in (404, 405)
+    client = console(tools=load_tools([tools]))
+    page = client.get("/operation", params={"id": op})
+    assert 'action="/reprobe"' in page.text
+    csrf = CSRF_FIELD.search(page.text)
+    assert csrf is not None
+    down = client.post(
+        "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "apply"}
+    )
+    assert down.status_code == 303
+    still = ledger.get(op)
+    assert still is not None
+    assert still.status is EffectStatus.QUARANTINED
+    tools.probe_down = False
+    before = _snapshot(ledger, backend, ledger_target)
+    preview = client.post(
+        "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "preview"}
+    )
+    assert preview.status_code == 200
+    assert "COMMITTED" in preview.text
+    assert "QUARANTINED → CONFIRMED" in preview.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    applied = client.post(
+        "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "apply"}
+    )
+    assert applied.status_code == 303
+    record = ledger.get(op)
+    assert record is not None
+    assert record.status is EffectStatus.CONFIRMED
+    assert "alice (console" in str(ledger.events(op)[-1].evidence.get("reprobed_by"))
+    assert tools.provider.committed() == 1
+    assert tools.provider.requests == 1
+
+
+def test_the_runs_page_lists_a_waiting_run_and_what_blocks_it(tmp_path: Path):
+    waiting_run(tmp_path)
+    from effectguard.ledger import open_ledger  # noqa: PLC0415 - this test's own ledger file
+
+    ledger = open_ledger(tmp_path / "ledger.db")
+    try:
+        client = _client(ledger, checkpoints=str(tmp_path / "runs.db"))
+        client.cookies.set(COOKIE, TOKEN)
+        page = client.get("/runs")
+        assert page.status_code == 200
+        assert RUN_ID in page.text
+        assert RUN_OPERATION in page.text
+        assert "needs a person" in page.text
+        detail = client.get("/operation", params={"id": RUN_OPERATION})
+        assert "Runs waiting on it" in detail.text
+        assert RUN_ID in detail.text
+    finally:
+        ledger.close()
