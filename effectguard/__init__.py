@@ -27,6 +27,7 @@ __all__ = [
     "EffectNotConfirmed",
     "EffectNotSent",
     "EffectOutcomeUnknown",
+    "EffectPruned",
     "EffectQuarantined",
     "EffectRejected",
     "EffectResult",
@@ -101,6 +102,7 @@ _EXPORTS: dict[str, str] = {
     "EffectNotConfirmed": "effectguard.errors",
     "EffectOutcomeUnknown": "effectguard.errors",
     "EffectQuarantined": "effectguard.errors",
+    "EffectPruned": "effectguard.errors",
     "EffectRejected": "effectguard.errors",
     "FencedWriteError": "effectguard.errors",
     "IllegalTransitionError": "effectguard.errors",
@@ -146,6 +148,7 @@ if TYPE_CHECKING:
     from effectguard.errors import EffectNotConfirmed as EffectNotConfirmed
     from effectguard.errors import EffectNotSent as EffectNotSent
     from effectguard.errors import EffectOutcomeUnknown as EffectOutcomeUnknown
+    from effectguard.errors import EffectPruned as EffectPruned
     from effectguard.errors import EffectQuarantined as EffectQuarantined
     from effectguard.errors import EffectRejected as EffectRejected
     from effectguard.errors import FencedWriteError as FencedWriteError

@@ -7,6 +7,7 @@
     ├── ConfigurationError (ValueError)          a contract, template or setting is invalid
     ├── InvalidRequestError (ValueError)         a request is malformed (missing audit field…)
     ├── OperationConflictError                   same operation id, different request
+    ├── EffectPruned                             settled, then pruned down to a tombstone
     ├── EffectRejected                           reliable evidence that the effect did not happen
     ├── OutputNotStored                          the effect happened; its output could not be stored
     ├── EffectNotConfirmed                       the effect is not confirmed; carries .result
@@ -62,6 +63,7 @@ __all__ = [
     "EffectNotConfirmed",
     "EffectNotSent",
     "EffectOutcomeUnknown",
+    "EffectPruned",
     "EffectQuarantined",
     "EffectRejected",
     "FencedWriteError",
@@ -137,6 +139,28 @@ class OperationConflictError(EffectGuardError):
         super().__init__(
             f"operation {operation_id!r} is already recorded with a different request "
             f"({what}); use a new operation id for a different request"
+        )
+
+
+class EffectPruned(EffectGuardError):
+    """The operation was settled and later pruned: only its tombstone is left.
+
+    Raised, before any dispatch, for a call with a pruned operation id and the
+    same request: the effect was already CONFIRMED or REJECTED, but its output
+    is no longer stored, so it cannot be replayed. A different request under
+    that id is an :class:`OperationConflictError`, as before the prune.
+    """
+
+    def __init__(self, operation_id: str, status: str, pruned_at: str) -> None:
+        self.operation_id = operation_id
+        #: The status the operation had when it was pruned (CONFIRMED or REJECTED).
+        self.status = status
+        #: When it was pruned (ISO 8601, UTC).
+        self.pruned_at = pruned_at
+        super().__init__(
+            f"operation {operation_id!r} was {status} and pruned at {pruned_at}: its output is "
+            "no longer stored, so it is neither replayed nor sent again; read its archive "
+            "(prune --archive) for the outcome, or use a new operation id for a new effect"
         )
 
 

@@ -70,7 +70,15 @@ def operation(ledger: EffectLedger, operation_id: str) -> OperationRecord:
     with refusals():
         record = ledger.get(operation_id)
     if record is None:
-        msg = f"no operation {operation_id!r} in the ledger"
+        find = getattr(ledger, "tombstone", None)
+        with refusals():
+            stone = None if find is None else find(operation_id)
+        msg = (
+            f"no operation {operation_id!r} in the ledger"
+            if stone is None
+            else f"operation {operation_id!r} was {stone.status.value} and pruned at "
+            f"{stone.pruned_at.isoformat()}: only its tombstone is left (read the prune's archive)"
+        )
         raise OpsError(msg)
     return record
 

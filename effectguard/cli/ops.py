@@ -278,8 +278,17 @@ def authorize_retry(operation_id: str, dry_run: bool, **fields: Any) -> None:
     help="When the ledger verifies, write its anchor head to FILE (keep it elsewhere).",
     metavar="FILE",
 )
-def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> None:
-    """Check every operation's hash-chained history, its row and the claims anchor.
+@click.option(
+    "--archive",
+    "archive_file",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Also check the chains a prune archived to FILE against their tombstones.",
+    metavar="FILE",
+)
+def verify(
+    as_json: bool, anchor_file: str | None, export_file: str | None, archive_file: str | None
+) -> None:
+    """Check every operation's hash-chained history, its row, its tombstone and the claims anchor.
 
     Exit 1 naming any break. An exported head (--export-anchor), kept where
     whoever can write the ledger cannot, lets a later --anchor check catch a
@@ -292,6 +301,9 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
             with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
                 expected = effectguard.AnchorHead.loads(file.read())
         report = ledger.verify(anchor=expected)
+        archived = None
+        if archive_file is not None:
+            report, archived = _with_archive(ledger, report, archive_file)
     if as_json:
         click.echo(views.to_json(views.report_json(report)))
     else:
@@ -301,6 +313,8 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
         click.echo(
             f"checked {report.operations_checked} operations and {report.events_checked} events"
         )
+        if archived is not None:
+            click.echo(f"checked {archived} archived operations against their tombstones")
     if not report.ok:
         first = report.problems[0]
         where = "" if first.seq is None else f" event {first.seq}"
@@ -315,9 +329,27 @@ def verify(as_json: bool, anchor_file: str | None, export_file: str | None) -> N
             file.write(views.to_json(head.to_json()) + "\n")
 
 
-# The recovery, runs, export and console commands live in their own modules; registered
+def _with_archive(
+    ledger: object, report: effectguard.VerifyReport, archive_file: str
+) -> tuple[effectguard.VerifyReport, int]:
+    """``report`` with the problems of the chains archived in ``archive_file``, and their count."""
+    import dataclasses  # noqa: PLC0415 - loaded on use
+
+    from effectguard.ledger import retention  # noqa: PLC0415 - loaded on use
+
+    tombstones = getattr(ledger, "tombstones", None)
+    if tombstones is None:
+        msg = f"{type(ledger).__name__} keeps no tombstones to check an archive against"
+        raise OpsError(msg)
+    with open(archive_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
+        checked, problems = retention.check_archive(file, tombstones())
+    return dataclasses.replace(report, problems=(*report.problems, *problems)), checked
+
+
+# The recovery, runs, export, prune and console commands live in their own modules; registered
 # here, loaded with the group (the console's extra only when `serve` runs).
 from effectguard.cli._ops_export import export  # noqa: E402 - registered after main exists
+from effectguard.cli._ops_prune import prune  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_recovery import reconcile, reprobe  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_runs import runs  # noqa: E402 - registered after main exists
 from effectguard.cli._serve import serve  # noqa: E402 - registered after main exists
@@ -326,6 +358,7 @@ main.add_command(reprobe)
 main.add_command(reconcile)
 main.add_command(runs)
 main.add_command(export)
+main.add_command(prune)
 main.add_command(serve)
 
 if __name__ == "__main__":

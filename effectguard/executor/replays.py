@@ -15,8 +15,11 @@ operation (:mod:`effectguard.ledger.resolution`). So another process's
 operator cannot invalidate what this process holds, and need not. The
 exceptions are outside effectguard's writes: an edit of the ledger behind its
 back, which the cache does not see (it serves what was verified when it was
-cached; ``agent-effect-ops verify`` finds the edit), and pruning, which must
-call :meth:`ReplayCache.forget` for each operation it removes.
+cached; ``agent-effect-ops verify`` finds the edit), and pruning: a prune in
+this process forgets what it removed from every cache here
+(:func:`~effectguard.ledger.protocol.announce_pruned`), so a pruned
+operation's next call reads its tombstone. A cache in another process may
+still replay an operation pruned elsewhere: its output, which was correct.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 
 from effectguard.errors import ConfigurationError
 from effectguard.executor.outputs import not_stored
+from effectguard.ledger.protocol import watch_prunes
 from effectguard.model import OperationRecord
 
 __all__ = ["DEFAULT_REPLAY_CACHE", "ReplayCache"]
@@ -63,6 +67,8 @@ class ReplayCache:
         self.size = size
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        if size:
+            watch_prunes(self)
 
     def __len__(self) -> int:
         return len(self._entries)

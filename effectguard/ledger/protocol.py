@@ -13,9 +13,11 @@ tests inject a clock through the executor.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import threading
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from effectguard.errors import InvalidRequestError
 from effectguard.ledger.anchor import AnchorHead
@@ -29,6 +31,9 @@ from effectguard.model import (
     VerifyReport,
 )
 
+if TYPE_CHECKING:
+    from effectguard.ledger.retention import PruneReport, Tombstone
+
 __all__ = [
     "UNSET",
     "Changes",
@@ -37,11 +42,14 @@ __all__ = [
     "Expect",
     "Lease",
     "NewOperation",
+    "Prunable",
     "Unset",
     "Versioned",
+    "announce_pruned",
     "check_limit",
     "claims_first",
     "describe_mismatch",
+    "watch_prunes",
 ]
 
 
@@ -237,6 +245,67 @@ class EffectLedger(Protocol):
     def close(self) -> None:
         """Release connections; the ledger is unusable afterwards."""
         ...
+
+
+@runtime_checkable
+class Prunable(Protocol):
+    """A ledger that can prune settled operations to tombstones (both backends can)."""
+
+    def prune(
+        self,
+        *,
+        older_than: float,
+        statuses: Iterable[EffectStatus] = ...,
+        archive: str | None = None,
+        dry_run: bool = False,
+        force: bool = False,
+        key_retention: Mapping[str, float] | None = None,
+        now: float | None = None,
+    ) -> PruneReport:
+        """Prune CONFIRMED/REJECTED operations last changed over ``older_than`` seconds ago.
+
+        Each leaves a tombstone: its id then never dispatches again (the same
+        request raises :class:`~effectguard.errors.EffectPruned`, another one
+        :class:`~effectguard.errors.OperationConflictError`), and ``verify``
+        still checks the claims anchor through it. A non-terminal status in
+        ``statuses`` is an :class:`~effectguard.errors.InvalidRequestError`
+        and nothing is pruned. An operation whose contract is in
+        ``key_retention`` (contract name -> the provider's key retention in
+        seconds) and was first dispatched more recently than that is kept,
+        unless ``force``. ``archive`` names a new file that receives every
+        pruned record, its tombstone and its events (with their hashed
+        documents) as JSON lines, durable before the prune commits.
+        ``dry_run`` reports what would be pruned and writes nothing. Prunes in
+        short batches, each its own transaction.
+        """
+        ...
+
+    def tombstone(self, operation_id: str) -> Tombstone | None:
+        """The tombstone a pruned ``operation_id`` left, or None if it was never pruned."""
+        ...
+
+    def tombstones(self) -> dict[str, Tombstone]:
+        """Every tombstone, by operation id."""
+        ...
+
+
+_WATCHERS: weakref.WeakSet[Any] = weakref.WeakSet()
+_WATCHERS_LOCK = threading.Lock()
+
+
+def watch_prunes(watcher: Any) -> None:
+    """Call ``watcher.forget(operation_id)`` for every operation pruned in this process."""
+    with _WATCHERS_LOCK:
+        _WATCHERS.add(watcher)
+
+
+def announce_pruned(operation_ids: Iterable[str]) -> None:
+    """Tell every watcher of this process that ``operation_ids`` were pruned (replay caches)."""
+    with _WATCHERS_LOCK:
+        watchers = list(_WATCHERS)
+    for operation_id in operation_ids:
+        for watcher in watchers:
+            watcher.forget(operation_id)
 
 
 class Versioned(Protocol):

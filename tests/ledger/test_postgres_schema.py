@@ -65,6 +65,8 @@ def unchain_to_version_2(url: str, ledger: PostgresEffectLedger, operation_id: s
             (linked[-1].hash, operation_id),
         )
         conn.execute(f'DROP TABLE "{schema}".claims, "{schema}".claims_head')
+        conn.execute(f'DROP TABLE "{schema}".tombstones')
+        conn.execute(f'DROP FUNCTION "{schema}".refuse_tombstoned() CASCADE')
         conn.execute(f'ALTER TABLE "{schema}".events DROP COLUMN commits')
         conn.execute(f'DELETE FROM "{schema}".effectguard_migrations WHERE version > 2')  # noqa: S608 - schema and table names are the test's own, never input
 
@@ -91,6 +93,7 @@ def test_a_fresh_ledger_is_created_in_its_own_schema(postgres_url, postgres_sche
         ("effectguard_migrations",),
         ("events",),
         ("operations",),
+        ("tombstones",),
     ]
 
 

@@ -32,9 +32,15 @@ from psycopg import errors as pg_errors
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from effectguard.errors import ConfigurationError, LedgerLockedError, LedgerUnavailableError
+from effectguard.errors import (
+    ConfigurationError,
+    InvalidRequestError,
+    LedgerLockedError,
+    LedgerUnavailableError,
+)
+from effectguard.ledger.postgres.migrations import TOMBSTONED
 
-__all__ = ["Connection", "ConnectionLost", "Connections", "describe"]
+__all__ = ["Connection", "ConnectionLost", "Connections", "Tombstoned", "describe"]
 
 T = TypeVar("T")
 
@@ -55,6 +61,10 @@ _LIVE: weakref.WeakSet[Connections] = weakref.WeakSet()
 
 class ConnectionLost(LedgerUnavailableError):
     """The connection broke during a call; whether a write in it committed is unknown."""
+
+
+class Tombstoned(InvalidRequestError):
+    """The server refused to insert an operation under a pruned id (its tombstone stands)."""
 
 
 class _PoolRecords(logging.Filter):
@@ -166,6 +176,8 @@ class Connections:
             msg = f"{self.label} has lost its tables: {_first_line(exc)}"
             raise LedgerUnavailableError(msg) from exc
         except psycopg.Error as exc:
+            if exc.sqlstate == TOMBSTONED:
+                raise Tombstoned(_first_line(exc)) from exc
             msg = f"{self.label} failed: {_first_line(exc)}"
             raise LedgerUnavailableError(msg) from exc
 

@@ -64,7 +64,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Self
+from typing import Any, NoReturn, Self, TypeVar
 
 from effectguard.errors import (
     ConfigurationError,
@@ -78,13 +78,14 @@ from effectguard.errors import (
 )
 from effectguard.fingerprint import check_operation_id
 from effectguard.ledger import anchor as anchors
-from effectguard.ledger import bulk, chain, committed
+from effectguard.ledger import bulk, chain, committed, retention
 from effectguard.ledger.anchor import AnchorHead
-from effectguard.ledger.postgres import rows
+from effectguard.ledger.postgres import pruning, rows
 from effectguard.ledger.postgres.connections import (
     Connection,
     ConnectionLost,
     Connections,
+    Tombstoned,
     describe,
 )
 from effectguard.ledger.postgres.recent import Recent
@@ -112,6 +113,8 @@ from effectguard.model import EffectEvent, EffectStatus, OperationRecord, Verify
 __all__ = ["SCHEMA_VERSION", "PostgresEffectLedger"]
 
 # A write that keeps finding its row changed by others gives up after this many reads.
+T = TypeVar("T")
+
 _WRITE_ROUNDS = 16
 # Rows fetched per round trip while verify streams the chains.
 _VERIFY_BATCH = 2000
@@ -123,7 +126,7 @@ _CLAIM_SKEW = timedelta(milliseconds=500)
 _SchemaState = tuple[bool, bool, bool, int]
 
 
-class PostgresEffectLedger(OperatorResolution):
+class PostgresEffectLedger(OperatorResolution, pruning.PostgresPruning):
     """An :class:`~effectguard.ledger.protocol.EffectLedger` in a PostgreSQL schema.
 
     ``url`` is a libpq URL or conninfo string; its tables live in ``schema``
@@ -354,6 +357,8 @@ class PostgresEffectLedger(OperatorResolution):
                 row, moment = self._db.run(
                     functools.partial(self._insert, operation, events, given, skew)
                 )
+            except Tombstoned as exc:
+                self._refuse_tombstoned(operation, exc)
             except ConnectionLost:
                 lost = True
                 existing, _ = self._read_back(operation_id, now)
@@ -376,6 +381,25 @@ class PostgresEffectLedger(OperatorResolution):
             skew = None
         msg = f"could not claim operation {operation_id!r}: it keeps changing"
         raise LedgerLockedError(msg)
+
+    def _refuse_tombstoned(self, operation: NewOperation, exc: Tombstoned) -> NoReturn:
+        stone = self.tombstone(operation.operation_id)
+        if stone is None:
+            msg = f"operation {operation.operation_id!r} was refused as pruned but has no tombstone"
+            raise InternalError(msg) from exc
+        raise retention.refusal(stone, operation.fingerprint) from exc
+
+    def _run(self, work: Callable[[Connection], T]) -> T:
+        return self._db.run(work)
+
+    def _run_read(self, work: Callable[[Connection], T]) -> T:
+        return self._db.read(work)
+
+    def _server_now(self) -> float:
+        if self._clock is not None:
+            return self._clock()
+        row = self._db.read(lambda conn: conn.execute("SELECT statement_timestamp()").fetchone())
+        return float(row[0].timestamp()) if row is not None else time.time()
 
     def _insert(
         self,
@@ -564,8 +588,9 @@ class PostgresEffectLedger(OperatorResolution):
             with conn.cursor(name="effectguard_verify_claims") as claims:
                 claims.itersize = _VERIFY_BATCH
                 claims.execute(self._sql.verify_claims)
-                found = anchors.check_shards(claims, unanchored, ANCHOR_SHARDS, anchor)
-                return anchors.merged(report, *found)
+                problems, head = anchors.check_shards(claims, unanchored, ANCHOR_SHARDS, anchor)
+            stones = pruning.tombstone_problems(conn, self._sql)
+            return anchors.merged(report, [*problems, *stones], head)
 
     def bulk_load(self, operations: bulk.Loadable) -> int:
         """Write ``operations`` and their events as given, in one transaction; return how many.

@@ -7,8 +7,36 @@ yet applied, once, in order, under a lock.
 
 from __future__ import annotations
 
-__all__ = ["ANCHOR_MIGRATION", "ANCHOR_SHARDS", "MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["ANCHOR_MIGRATION", "ANCHOR_SHARDS", "MIGRATIONS", "SCHEMA_VERSION", "TOMBSTONED"]
 
+#: The SQLSTATE the trigger raises for an insert under a pruned operation id.
+TOMBSTONED = "EGP01"
+#: Migration 5 (``{s}`` is the quoted schema): tombstones, and the trigger that keeps
+#: a pruned id from ever being inserted again.
+_TOMBSTONES = f"""
+CREATE TABLE {{s}}.tombstones (
+    operation_id text COLLATE "C" PRIMARY KEY,
+    contract text NOT NULL,
+    contract_version integer NOT NULL,
+    fingerprint text NOT NULL,
+    status text NOT NULL,
+    provider_operation_id text,
+    event_count integer NOT NULL,
+    event_head bytea NOT NULL,
+    first_hash bytea NOT NULL,
+    pruned_at timestamptz NOT NULL,
+    digest bytea NOT NULL
+);
+CREATE FUNCTION {{s}}.refuse_tombstoned() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM {{s}}.tombstones WHERE operation_id = NEW.operation_id) THEN
+        RAISE EXCEPTION 'operation % was pruned', NEW.operation_id USING ERRCODE = '{TOMBSTONED}';
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER operations_not_tombstoned AFTER INSERT ON {{s}}.operations
+    FOR EACH ROW EXECUTE FUNCTION {{s}}.refuse_tombstoned();
+"""
 #: Forward migrations; ``{s}`` is the quoted schema. Each runs once, in order, under a lock.
 MIGRATIONS: tuple[str, ...] = (
     # 1: operations and their hash-chained events. operation_id sorts bytewise
@@ -89,6 +117,8 @@ MIGRATIONS: tuple[str, ...] = (
     INSERT INTO {s}.claims_head (shard, count, running)
         SELECT shard, 0, '' FROM generate_series(1, 15) AS shard;
     """,
+    # 5: tombstones of pruned operations, and the trigger that refuses their ids.
+    _TOMBSTONES,
 )
 #: The migration that created the claims anchor.
 ANCHOR_MIGRATION = 3

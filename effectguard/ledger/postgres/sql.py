@@ -30,11 +30,13 @@ __all__ = [
     "ANCHOR_MIGRATION",
     "ANCHOR_SHARDS",
     "DEFAULT_SCHEMA",
+    "EVENT_SELECT",
     "MIGRATIONS",
     "OPERATION_COLUMNS",
     "SCHEMA_VERSION",
     "Statements",
     "check_schema_name",
+    "select_list",
     "split_target",
 ]
 
@@ -56,6 +58,8 @@ OPERATION_COLUMNS = _ROWS.operation_columns
 _EVENT_SELECT = ", ".join(
     f"{name}::text" if name in _JSON_COLUMNS else name for name in _ROWS.event_columns
 )
+#: Every event column, in row order, JSON columns as text.
+EVENT_SELECT = _EVENT_SELECT
 _INTEGER_COLUMNS = frozenset({"contract_version", "attempts", "attempt_budget", "event_count"})
 _KIND_TYPES = {Kind.TIME: "timestamptz", Kind.BYTES: "bytea"}
 #: Each operations column's SQL type, for parameters selected rather than given as VALUES.
@@ -129,6 +133,11 @@ def advisory_lock_key(schema: str) -> int:
 
 
 @functools.cache  # built into every statement of every call; the same text each time
+def select_list(alias: str) -> str:
+    """Every operation column of table ``alias``, in row order, JSON columns as text."""
+    return _select_list(alias)
+
+
 def _select_list(alias: str) -> str:
     return ", ".join(
         f"{alias}.{name}::text" if name in _JSON_COLUMNS else f"{alias}.{name}"
@@ -318,10 +327,14 @@ class Statements:
         """Every claim by shard and in order, whether its operation exists, its first hash."""
         s = self.qualified
         return (
-            "SELECT c.shard, c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL,"
-            f" e.hash FROM {s}.claims AS c LEFT JOIN {s}.operations AS o"
+            "SELECT c.shard, c.seq, c.operation_id, c.running,"
+            " o.operation_id IS NOT NULL OR t.operation_id IS NOT NULL,"
+            f" coalesce(e.hash, t.first_hash) FROM {s}.claims AS c LEFT JOIN {s}.operations AS o"
             f" ON o.operation_id = c.operation_id LEFT JOIN {s}.events AS e"
-            " ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.shard, c.seq"
+            " ON e.operation_id = c.operation_id AND e.seq = 1"
+            # A pruned operation's tombstone stands for its row and keeps its first hash.
+            f" LEFT JOIN {s}.tombstones AS t ON t.operation_id = c.operation_id"
+            " ORDER BY c.shard, c.seq"
         )
 
     @property

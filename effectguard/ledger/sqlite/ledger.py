@@ -40,7 +40,7 @@ from effectguard.ledger.protocol import (
 )
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.ledger.schema import SQLITE
-from effectguard.ledger.sqlite import anchoring
+from effectguard.ledger.sqlite import anchoring, pruning
 from effectguard.ledger.sqlite.files import (
     FileIdentity,
 )
@@ -83,10 +83,13 @@ _INSERT_EVENT = (
 # A bulk load must fail on an id that is taken, not skip it.
 _INSERT_LOADED = _INSERT_OPERATION.removesuffix(" ON CONFLICT (operation_id) DO NOTHING")
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?"
+# A pruned operation's tombstone stands for its row and keeps its first event's hash.
 _VERIFY_CLAIMS = (
-    "SELECT c.seq, c.operation_id, c.running, o.operation_id IS NOT NULL, e.hash"
+    "SELECT c.seq, c.operation_id, c.running,"
+    " o.operation_id IS NOT NULL OR t.operation_id IS NOT NULL, coalesce(e.hash, t.first_hash)"
     " FROM claims AS c LEFT JOIN operations AS o ON o.operation_id = c.operation_id"
-    " LEFT JOIN events AS e ON e.operation_id = c.operation_id AND e.seq = 1 ORDER BY c.seq"
+    " LEFT JOIN events AS e ON e.operation_id = c.operation_id AND e.seq = 1"
+    " LEFT JOIN tombstones AS t ON t.operation_id = c.operation_id ORDER BY c.seq"
 )
 _VERIFY_HEADS = (
     f"SELECT operation_id, event_count, event_head, status, {', '.join(chain.HEAD_COLUMNS)}"
@@ -113,7 +116,7 @@ def _seconds(value: object) -> bool:
     )
 
 
-class SQLiteEffectLedger(LedgerFile, OperatorResolution):
+class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
     """An :class:`~effectguard.ledger.protocol.EffectLedger` in one SQLite file.
 
     The file is created with mode 0600 on the first write, never by a read;
@@ -201,6 +204,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
 
         def work(conn: Connection) -> tuple[OperationRecord, bool]:
             # Insert first: a new operation, the common case, then needs no read.
+            pruning.refuse_tombstoned(conn, operation.operation_id, operation.fingerprint)
             if conn.execute(_INSERT_OPERATION, values).rowcount == 0:
                 row = self._select(conn, operation.operation_id)
                 if row is None:
@@ -347,9 +351,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
         events = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
         report = chain.verify(heads, map(rows.read_event, events))
         unanchored = [row[0] for row in conn.execute(anchoring.UNANCHORED)]
-        return anchors.merged(
-            report, *anchors.check(conn.execute(_VERIFY_CLAIMS), unanchored, anchor)
-        )
+        problems, head = anchors.check(conn.execute(_VERIFY_CLAIMS), unanchored, anchor)
+        return anchors.merged(report, [*problems, *pruning.tombstone_problems(conn)], head)
 
     def anchor_head(self) -> AnchorHead:
         """See :meth:`EffectLedger.anchor_head`."""
@@ -381,6 +384,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution):
                     conn.executemany(_INSERT_LOADED, operation_rows)
                     conn.executemany(_INSERT_EVENT, event_rows)
                     loaded += len(operation_rows)
+                pruning.refuse_loaded_tombstoned(conn)
                 anchoring.anchor_unanchored(conn)
             except sqlite3.IntegrityError as exc:
                 raise bulk.duplicate_error(f"ledger {self.path}", exc) from exc

@@ -7,7 +7,7 @@ checkpoint store alike.
 
 from __future__ import annotations
 
-from effectguard.ledger.sqlite import anchoring
+from effectguard.ledger.sqlite import anchoring, pruning
 from effectguard.ledger.sqlite.connection import FileFormat
 
 __all__ = [
@@ -90,6 +90,8 @@ MIGRATIONS: tuple[str, ...] = (
         first_dispatched_us, event_count, event_head)
         WHERE status IN ('PREPARED', 'OUTCOME_UNKNOWN', 'RECONCILING', 'QUARANTINED');
     """,
+    # 5: the tombstones of pruned operations (ledger/sqlite/pruning.py).
+    pruning.MIGRATION,
 )
 #: Migration 4's condition, written into a listing of those statuses so SQLite uses its index.
 NEEDING_ATTENTION = "status IN ('PREPARED', 'OUTCOME_UNKNOWN', 'RECONCILING', 'QUARANTINED')"
