@@ -53,7 +53,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
     try:
         environment = _environment(site)
         ledger = site.ledger("calls")
-        bench = CallBench(EffectExecutor(ledger), site.raw(), config.ops, config.rounds)
+        bench = CallBench(
+            EffectExecutor(ledger), site.raw(), config.ops, config.rounds, config.backend
+        )
         bench.warm_up()
         say(f"guarded calls: {config.rounds} rounds of {config.ops}")
         guarded, primitives = bench.guarded()
@@ -62,7 +64,9 @@ def run_bench(config: BenchConfig, progress: Callable[[str], None] | None = None
         say("decorator")
         decorator, decorator_replay = bench.decorator()
         ledger_calls = count_calls(ledger, _COUNTED_CALLS)
-        written = WrittenLedger(bench.created + _COUNTED_CALLS, site.ledger_bytes("calls"))
+        written = WrittenLedger(
+            bench.created + _COUNTED_CALLS, site.ledger_bytes("calls"), config.backend
+        )
         throughput = _throughput.measure(
             EffectExecutor(site.ledger("throughput")),
             site.target("throughput"),
