@@ -32,7 +32,7 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["TAGGED", "Tagged", "Unstorable", "b64", "unb64"]
+__all__ = ["TAGGED", "Tagged", "Unstorable", "b64", "holds_no_tag", "unb64"]
 
 
 class Unstorable(TypeError):
@@ -76,6 +76,17 @@ _FROM_TEXT: dict[str, Callable[[Any], Any]] = {
     "$bytes": unb64,
 }
 _TAGS = frozenset({*_FROM_TEXT, "$tuple", "$dict"})
+if not all(tag.startswith("$") for tag in _TAGS):  # pragma: no cover - a guard on edits here
+    _msg = "every tag starts with '$': holds_no_tag() relies on it"
+    raise AssertionError(_msg)
+
+
+def holds_no_tag(json_text: str) -> bool:
+    """True when ``json_text`` cannot hold a tag: its decoded value needs no :meth:`Tagged.decode`.
+
+    Every tag is a key starting with ``$``, which JSON text spells literally.
+    """
+    return "$" not in json_text
 
 
 def _text_tag(value: Any) -> tuple[str, str] | None:

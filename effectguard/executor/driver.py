@@ -28,7 +28,7 @@ from effectguard.executor.pacing import (
 )
 from effectguard.executor.performing import StepPerformer
 from effectguard.executor.redaction import secrets_of
-from effectguard.executor.replays import DEFAULT_REPLAY_CACHE, ReplayCache
+from effectguard.executor.replays import DEFAULT_REPLAY_CACHE, ReplayCache, cached_replay
 from effectguard.executor.steps import Call
 from effectguard.fingerprint import check_json_value, request_fingerprint
 from effectguard.ledger.protocol import EffectLedger
@@ -180,9 +180,8 @@ class EffectExecutor:
             msg = "handler is a coroutine function; use execute_async"
             raise TypeError(msg)
         call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
-        cached = self._states.cached(call)
-        if cached is not None:
-            return cached
+        if isinstance(call, EffectResult):
+            return call
         machine = self._states.run(call)
         value: Any = None
         error: BaseException | None = None
@@ -214,9 +213,8 @@ class EffectExecutor:
         stopped, so it leaves no overlap risk; a sync one runs in a thread and does.
         """
         call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
-        cached = self._states.cached(call)
-        if cached is not None:
-            return cached
+        if isinstance(call, EffectResult):
+            return call
         machine = self._states.run(call)
         value: Any = None
         error: BaseException | None = None
@@ -239,7 +237,12 @@ class EffectExecutor:
         handler: Handler,
         wait_for_peer: float | None,
         wait_seconds: float | None = None,
-    ) -> Call:
+    ) -> Call | EffectResult[Any]:
+        """The checked call, or its replay when the replay cache holds its terminal result.
+
+        The cache is consulted as soon as the request's fingerprint is known:
+        a replay needs nothing the rest of a call is built of.
+        """
         if not isinstance(contract, EffectContract):
             msg = f"contract must be an EffectContract, not {type(contract).__name__}"
             raise TypeError(msg)
@@ -249,22 +252,7 @@ class EffectExecutor:
         if not isinstance(arguments, Mapping):
             msg = f"arguments must be a mapping of parameter names, not {type(arguments).__name__}"
             raise TypeError(msg)
-        if wait_for_peer is not None and wait_seconds is not None:
-            msg = "pass wait_for_peer= or its older name wait_seconds=, not both"
-            raise TypeError(msg)
-        given = wait_for_peer if wait_seconds is None else wait_seconds
-        problem = seconds_problem(
-            "wait_for_peer" if wait_seconds is None else "wait_seconds",
-            given,
-            zero_ok=True,
-            optional=True,
-        )
-        if problem is not None:
-            msg = f"EffectExecutor.execute(): {problem}; nothing was recorded or sent"
-            raise InvalidRequestError(msg)
-        wait = next(
-            (w for w in (given, contract.wait_for_peer, self.wait_for_peer) if w is not None), 0.0
-        )
+        wait = _peer_wait(contract, self.wait_for_peer, wait_for_peer, wait_seconds)
         arguments = dict(arguments)
         # Before the contract's callables see them, and before anything is recorded: a
         # lone surrogate or a 100,000-deep value would otherwise fail half-way through.
@@ -275,6 +263,11 @@ class EffectExecutor:
         )
         # Taken now: a late handler reports, from its own thread, to the observers of its call.
         observers = (log_transition, *self._observers, *context_observers())
+        replayed = cached_replay(
+            self._states.replays, contract, operation_id, fingerprint, observers
+        )
+        if replayed is not None:
+            return replayed
         return Call(
             contract,
             arguments,
@@ -287,6 +280,37 @@ class EffectExecutor:
             secrets_of(arguments, contract.redact),
             observers,
         )
+
+
+def _peer_wait(
+    contract: EffectContract,
+    executor_wait: float | None,
+    wait_for_peer: float | None,
+    wait_seconds: float | None,
+) -> float:
+    """Seconds a call waits for a peer's live lease: the call's, the contract's, the executor's, 0.
+
+    Raises ``TypeError`` when both names are given and :class:`InvalidRequestError` for a
+    value that is not a bounded number of seconds.
+    """
+    if wait_for_peer is not None and wait_seconds is not None:
+        msg = "pass wait_for_peer= or its older name wait_seconds=, not both"
+        raise TypeError(msg)
+    given = wait_for_peer if wait_seconds is None else wait_seconds
+    problem = (
+        None
+        if given is None
+        else seconds_problem(
+            "wait_for_peer" if wait_seconds is None else "wait_seconds",
+            given,
+            zero_ok=True,
+            optional=True,
+        )
+    )
+    if problem is not None:
+        msg = f"EffectExecutor.execute(): {problem}; nothing was recorded or sent"
+        raise InvalidRequestError(msg)
+    return next((w for w in (given, contract.wait_for_peer, executor_wait) if w is not None), 0.0)
 
 
 def _check_options(**seconds: float | None) -> None:

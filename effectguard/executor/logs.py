@@ -15,12 +15,17 @@ import logging
 from effectguard.executor.observe import Transition
 from effectguard.model import EffectStatus
 
-__all__ = ["log_transition", "logger"]
+__all__ = ["log_transition", "logger", "replays_logged"]
 
 logger = logging.getLogger("effectguard.executor")
 
 _DOUBT = frozenset({EffectStatus.OUTCOME_UNKNOWN, EffectStatus.QUARANTINED})
 _SETTLED = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED})
+
+
+def replays_logged() -> bool:
+    """Whether :func:`log_transition` would write a line for a replayed result now."""
+    return logger.isEnabledFor(logging.INFO)
 
 
 def _level(transition: Transition) -> int:

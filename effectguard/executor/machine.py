@@ -209,30 +209,6 @@ class StateMachine:
             notify(call.observers, Transition.of_result(contract.name, contract.version, result))
             return result
 
-    def cached(self, call: Call) -> EffectResult[Any] | None:
-        """The replay of a terminal operation this process has verified, or None: run the machine.
-
-        No ledger read and no step: the result is built from the replay cache
-        (see :mod:`~effectguard.executor.replays`), and the call's observers hear of it.
-        """
-        found = self.replays.replay(call.operation_id, call.fingerprint)
-        if found is None:
-            return None
-        record, evidence = found
-        contract = call.contract
-        result: EffectResult[Any] = EffectResult(
-            record.status,
-            record.operation_id,
-            decode(contract, record) if record.status is EffectStatus.CONFIRMED else None,
-            record.provider_operation_id,
-            record.attempts,
-            True,  # noqa: FBT003 - replayed, positionally like the rest
-            evidence,
-            record.reason,
-        )
-        notify(call.observers, Transition.of_result(contract.name, contract.version, result))
-        return result
-
     def drive(self, call: Call) -> Machine:
         """The rules of :meth:`run`, without reporting the result."""
         ledger = self.ledger

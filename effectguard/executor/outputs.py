@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from effectguard.codec_tags import TAGGED, Unstorable
+from effectguard.codec_tags import TAGGED, Unstorable, holds_no_tag
 from effectguard.contract import EffectContract
 from effectguard.errors import ConfigurationError, LedgerIntegrityError
 from effectguard.fingerprint import canonical_json, check_json_value
@@ -149,7 +149,7 @@ def decode(
     if ledger is not None:
         check_replayable(ledger, record)
     data = record.output
-    if record.output_json is None:
+    if record.output_json is None or (contract.codec is None and holds_no_tag(record.output_json)):
         return data
     try:
         if contract.codec is None:

@@ -31,23 +31,43 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from effectguard.contract import EffectContract
 from effectguard.errors import ConfigurationError
-from effectguard.executor.outputs import not_stored
+from effectguard.executor.logs import log_transition, replays_logged
+from effectguard.executor.observe import Observer, Transition, notify
+from effectguard.executor.outputs import decode, not_stored
 from effectguard.ledger.protocol import watch_prunes
-from effectguard.model import OperationRecord
+from effectguard.model import EffectResult, EffectStatus, OperationRecord
 
-__all__ = ["DEFAULT_REPLAY_CACHE", "ReplayCache"]
+__all__ = ["DEFAULT_REPLAY_CACHE", "ReplayCache", "cached_replay"]
 
 #: Terminal operations an executor keeps for replay unless told otherwise.
 DEFAULT_REPLAY_CACHE = 10_000
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 @dataclass(frozen=True, slots=True)
 class _Entry:
     record: OperationRecord
-    # The evidence as JSON: each replay gets its own copy, as from a ledger read, so a
-    # caller that mutates its result's evidence cannot change what later callers see.
-    evidence_json: str
+    # Each replay gets its own copy of the evidence, as from a ledger read, so a caller
+    # that mutates its result's evidence cannot change what later callers see: a flat
+    # mapping of scalars is copied with dict(); anything nested is kept as JSON.
+    evidence_flat: dict[str, Any] | None
+    evidence_json: str | None
+
+    def evidence(self) -> dict[str, Any]:
+        if self.evidence_flat is not None:
+            return dict(self.evidence_flat)
+        return {} if self.evidence_json is None else dict(json.loads(self.evidence_json))
+
+    @classmethod
+    def of(cls, record: OperationRecord) -> _Entry:
+        evidence = dict(record.evidence)
+        if all(type(value) in _SCALARS for value in evidence.values()):
+            return cls(record, evidence, None)
+        return cls(record, None, json.dumps(evidence))
 
 
 class ReplayCache:
@@ -99,7 +119,7 @@ class ReplayCache:
             if entry is None or entry.record.fingerprint != fingerprint:
                 return None
             self._entries.move_to_end(operation_id)
-        return entry.record, (json.loads(entry.evidence_json) if entry.record.evidence else {})
+        return entry.record, entry.evidence()
 
     def remember(self, record: OperationRecord) -> None:
         """Keep ``record`` if it is terminal with a stored output (or none to store).
@@ -110,7 +130,7 @@ class ReplayCache:
         """
         if not self.size or not record.status.terminal or not_stored(record) is not None:
             return
-        entry = _Entry(record, json.dumps(dict(record.evidence)))
+        entry = _Entry.of(record)
         with self._lock:
             self._entries[record.operation_id] = entry
             self._entries.move_to_end(record.operation_id)
@@ -126,3 +146,37 @@ class ReplayCache:
         """Drop every entry."""
         with self._lock:
             self._entries.clear()
+
+
+def cached_replay(
+    cache: ReplayCache,
+    contract: EffectContract,
+    operation_id: str,
+    fingerprint: str,
+    observers: tuple[Observer, ...],
+) -> EffectResult[Any] | None:
+    """The replay of a terminal operation ``cache`` holds for ``fingerprint``, else None.
+
+    No ledger read and no step of the state machine: the result is built from
+    the cached record, and ``observers`` hear of it (the log observer only when
+    replays are logged). None: the call runs the machine, which reads the ledger.
+    """
+    found = cache.replay(operation_id, fingerprint)
+    if found is None:
+        return None
+    record, evidence = found
+    result: EffectResult[Any] = EffectResult(
+        record.status,
+        record.operation_id,
+        decode(contract, record) if record.status is EffectStatus.CONFIRMED else None,
+        record.provider_operation_id,
+        record.attempts,
+        True,  # noqa: FBT003 - replayed, positionally like the rest
+        evidence,
+        record.reason,
+    )
+    if observers and observers[0] is log_transition and not replays_logged():
+        observers = observers[1:]  # a notice nobody reads is not built
+    if observers:
+        notify(observers, Transition.of_result(contract.name, contract.version, result))
+    return result
