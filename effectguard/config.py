@@ -225,7 +225,12 @@ def _instrument(executor: EffectExecutor, *, owns_ledger: bool) -> Any:
             executor.ledger.close()
         msg = f"configure(telemetry=True): {exc}"
         raise ConfigurationError(msg) from exc
-    return instrument(executor)
+    try:
+        return instrument(executor)
+    except ConfigurationError:
+        if owns_ledger:
+            executor.ledger.close()
+        raise
 
 
 def _start_recovery(configuration: Configuration, tools: str | Sequence[object] | None) -> None:

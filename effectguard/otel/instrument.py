@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
 from opentelemetry import trace
 
+from effectguard.errors import ConfigurationError
 from effectguard.executor import EffectExecutor
 from effectguard.executor.observe import observe_everywhere
 from effectguard.otel.spans import EffectTelemetry
 
 __all__ = ["Instrumentation", "instrument"]
+
+# The instrumentations turned on and not yet off: two covering the same calls would
+# report each of them twice (nested duplicate spans, doubled metrics).
+_active: list[Instrumentation] = []
+_active_lock = threading.Lock()
 
 
 class Instrumentation:
@@ -24,6 +31,17 @@ class Instrumentation:
     def __init__(self, telemetry: EffectTelemetry, executor: EffectExecutor | None) -> None:
         self.telemetry = telemetry
         self.executor = executor
+        with _active_lock:
+            overlapping = next((other for other in _active if other.overlaps(executor)), None)
+            if overlapping is not None:
+                msg = (
+                    f"effectguard is already instrumented ({overlapping!r}): a second "
+                    "instrumentation of the same calls would report each of them twice; "
+                    "call uninstrument() on the first (or leave its with block) before "
+                    "instrumenting again"
+                )
+                raise ConfigurationError(msg)
+            _active.append(self)
         self._withdraw = (
             observe_everywhere(telemetry)
             if executor is None
@@ -36,9 +54,16 @@ class Instrumentation:
         where = "every executor" if self.executor is None else repr(self.executor)
         return f"Instrumentation({where})"
 
+    def overlaps(self, executor: EffectExecutor | None) -> bool:
+        """Whether this already reports calls of ``executor`` (None: of every executor)."""
+        return self.executor is None or executor is None or self.executor is executor
+
     def uninstrument(self) -> None:
         """Stop reporting calls that start from now on; calling it twice does nothing more."""
         self._withdraw()
+        with _active_lock:
+            if self in _active:
+                _active.remove(self)
 
     def __enter__(self) -> Self:
         return self
@@ -68,6 +93,10 @@ def instrument(
     application installs an SDK). Arguments are never recorded, except for
     the contracts named in ``record_arguments``, and even then a value named
     in the contract's ``redact=`` is recorded as ``"[redacted]"``.
+
+    Raises :class:`~effectguard.errors.ConfigurationError` while another
+    instrumentation covers some of the same calls (the process, or the same
+    executor): each call would otherwise be reported twice.
     """
     if isinstance(record_arguments, str):
         msg = "record_arguments takes contract names (a list), not one string"

@@ -14,6 +14,7 @@ from extras_support import import_extra
 from support import ARGS, OPERATION, capture_contract, wait_until
 
 from effectguard import (
+    ConfigurationError,
     EffectExecutor,
     EffectRejected,
     EffectStatus,
@@ -440,3 +441,36 @@ def test_instrument_refuses_what_is_not_an_executor_or_a_list_of_contracts():
         otel.instrument("ledger.db")
     with pytest.raises(TypeError, match="contract names"):
         otel.instrument(record_arguments="payments.capture")
+
+
+def test_a_second_instrumentation_of_the_same_calls_is_refused(ledger, telemetry):
+    """Two instrumentations of the same calls would nest duplicate spans: the second is refused.
+
+    Process-wide over per-executor, per-executor over process-wide and the same
+    executor twice are refused in one line; another executor is not; after
+    uninstrument() the same one is allowed again. Each call reports one span tree.
+    """
+    provider = FakePaymentProvider()
+    executor = EffectExecutor(ledger, clock=ManualClock())
+    other = EffectExecutor(ledger, clock=ManualClock())
+    providers = {
+        "tracer_provider": telemetry.tracer_provider,
+        "meter_provider": telemetry.meter_provider,
+    }
+    with otel.instrument(executor, **providers):
+        for scope in (executor, None):
+            with pytest.raises(ConfigurationError, match="already instrumented") as caught:
+                otel.instrument(scope, **providers)
+            assert "\n" not in str(caught.value)
+        with otel.instrument(other, **providers):
+            executor.execute(capture_contract(provider), ARGS, provider.handler)
+    assert len(telemetry.named("effect")) == 1
+    assert len(telemetry.named("execute_tool")) == 1
+    with otel.instrument(None, **providers):
+        with pytest.raises(ConfigurationError, match="already instrumented"):
+            otel.instrument(other, **providers)
+        executor.execute(
+            capture_contract(provider), {**ARGS, "invoice_id": "INV-2"}, provider.handler
+        )
+    assert len(telemetry.named("effect")) == 2
+    assert provider.committed() == 2
