@@ -216,7 +216,7 @@ def test_an_output_forged_after_caching_is_served_as_verified_when_cached(
     ledger_sql("UPDATE operations SET output = ? WHERE operation_id = ?", FORGED, OPERATION)
     assert run("sync", executor, provider).output["id"] == "cap_000001"
     with pytest.raises(LedgerIntegrityError, match=OPERATION):
-        run("sync", EffectExecutor(counting.ledger, clock=ManualClock()), provider)
+        run("sync", EffectExecutor(counting.inner, clock=ManualClock()), provider)
     assert provider.committed() == 1
 
 

@@ -171,6 +171,34 @@ def test_prune_runs_in_batches_and_misses_none(ledger, monkeypatch):
     assert ledger.list_operations() == []
 
 
+def test_batches_page_past_kept_operations_in_a_dry_run_and_an_archived_prune(
+    ledger, monkeypatch, tmp_path
+):
+    """Batches of two over three kept and two prunable: a dry run and the prune agree, once each."""
+    monkeypatch.setattr(retention, "BATCH", 2)
+    provider = FakePaymentProvider()
+    executor = _old_executor(ledger)
+    for number, name in enumerate(["payments.capture"] * 3 + ["payments.refund"] * 2):
+        contract = capture_contract(provider, name=name)
+        executor.execute(contract, {**ARGS, "invoice_id": f"INV-{number}"}, provider.handler)
+    keys = {"payments.capture": 90 * DAY}
+    kept = sorted(f"invoice:INV-{n}:capture" for n in range(3))
+    pruned = sorted(f"invoice:INV-{n}:capture" for n in (3, 4))
+    before = _snapshot(ledger)
+
+    dry = ledger.prune(older_than=30 * DAY, key_retention=keys, dry_run=True)
+    assert (sorted(dry.pruned), sorted(dry.kept)) == (pruned, kept)
+    assert len(dry.pruned + dry.kept) == 5
+    assert _snapshot(ledger) == before
+
+    path = tmp_path / "archive.jsonl"
+    report = ledger.prune(older_than=30 * DAY, key_retention=keys, archive=str(path))
+    assert (sorted(report.pruned), sorted(report.kept)) == (pruned, kept)
+    assert sorted(ledger.tombstones()) == pruned
+    assert sorted(r.operation_id for r in ledger.list_operations()) == kept
+    assert retention.check_archive(path.read_text().splitlines(), ledger.tombstones()) == (2, [])
+
+
 def test_verify_passes_after_a_prune_and_catches_an_edited_tombstone(ledger, ledger_sql):
     """The anchor still recomputes through the tombstone; a tombstone edited by hand fails."""
     provider = FakePaymentProvider()

@@ -1,6 +1,7 @@
 """The PostgreSQL ledger's retention: settled operations pruned to tombstones, in short batches.
 
-The rules are :mod:`effectguard.ledger.retention`'s. Each batch is one short
+The rules are :mod:`effectguard.ledger.retention`'s and the batch loop is
+:mod:`effectguard.ledger.pruning`'s. Each batch is one short
 transaction over at most :data:`~effectguard.ledger.retention.BATCH` rows it
 locks with ``FOR UPDATE SKIP LOCKED``, so a prune never holds a lock for long
 and never waits on a row another writer holds.
@@ -13,15 +14,15 @@ committed with it, and fails (:data:`TOMBSTONED`) before anything is dispatched.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from effectguard.ledger import retention
 from effectguard.ledger.postgres.migrations import TOMBSTONED
 from effectguard.ledger.postgres.sql import EVENT_SELECT, Statements, select_list
-from effectguard.ledger.protocol import announce_pruned
-from effectguard.ledger.retention import PruneReport, Tombstone
+from effectguard.ledger.pruning import After, BatchPruning, PrunePass
+from effectguard.ledger.retention import Tombstone
 from effectguard.ledger.schema import POSTGRES
 from effectguard.model import EffectStatus, OperationRecord, VerifyProblem
 
@@ -72,8 +73,12 @@ def tombstone_problems(conn: Connection, sql: Statements) -> list[VerifyProblem]
     return problems
 
 
-class PostgresPruning:
-    """The retention methods of :class:`~effectguard.ledger.postgres.PostgresEffectLedger`."""
+class PostgresPruning(BatchPruning["Connection"]):
+    """The retention methods of :class:`~effectguard.ledger.postgres.PostgresEffectLedger`.
+
+    :meth:`prune` is :class:`~effectguard.ledger.pruning.BatchPruning`'s; each page
+    is one short transaction.
+    """
 
     if TYPE_CHECKING:  # provided by the ledger
         _sql: Statements
@@ -100,50 +105,10 @@ class PostgresPruning:
 
         return self._run_read(work)
 
-    def prune(
-        self,
-        *,
-        older_than: float,
-        statuses: Iterable[EffectStatus] = retention.PRUNABLE,
-        archive: str | None = None,
-        dry_run: bool = False,
-        force: bool = False,
-        key_retention: Mapping[str, float] | None = None,
-        now: float | None = None,
-    ) -> PruneReport:
-        """See :meth:`~effectguard.ledger.protocol.Prunable.prune`."""
-        wanted = retention.check_statuses(statuses)
-        cut = retention.cut_off(older_than, self._server_now() if now is None else now)
-        keys = {} if force else dict(key_retention or {})
-        target = None if dry_run or archive is None else retention.open_archive(archive)
-        pruned: list[str] = []
-        kept: list[str] = []
-        after: tuple[Any, str] = (None, "")
-        try:
-            while True:
-                batch = self._batch(wanted, cut, after, keys, target, dry_run=dry_run)
-                if batch is None:
-                    break
-                after, done, held = batch
-                pruned.extend(done)
-                kept.extend(held)
-        finally:
-            if target is not None:
-                retention.close_archive(target)
-            if not dry_run:
-                announce_pruned(pruned)
-        return PruneReport(tuple(pruned), tuple(kept), dry_run, archive)
+    def _prune_now(self) -> float:
+        return self._server_now()
 
-    def _batch(
-        self,
-        wanted: Sequence[EffectStatus],
-        cut: retention.CutOff,
-        after: tuple[Any, str],
-        keys: Mapping[str, float],
-        target: IO[str] | None,
-        *,
-        dry_run: bool,
-    ) -> tuple[tuple[Any, str], list[str], list[str]] | None:
+    def _prune_page(self, conn: Connection, plan: PrunePass, after: After) -> list[OperationRecord]:
         s = self._sql.qualified
         select = (
             f"SELECT {select_list('o')} FROM {s}.operations AS o"
@@ -151,36 +116,27 @@ class PostgresPruning:
             " AND (%(after_at)s::timestamptz IS NULL"
             " OR (o.updated_at, o.operation_id) > (%(after_at)s, %(after_id)s))"
             " ORDER BY o.updated_at, o.operation_id LIMIT %(limit)s"
-        ) + ("" if dry_run else " FOR UPDATE SKIP LOCKED")
+        ) + ("" if plan.dry_run else " FOR UPDATE SKIP LOCKED")
         params = {
-            "statuses": [status.value for status in wanted],
-            "before": cut.before,
-            "after_at": after[0],
-            "after_id": after[1],
+            "statuses": [status.value for status in plan.statuses],
+            "before": plan.cut.before,
+            "after_at": None if after is None else after[0],
+            "after_id": "" if after is None else after[1],
             "limit": retention.BATCH,
         }
+        return [
+            POSTGRES.record(row, plan.cut.now) for row in conn.execute(select, params).fetchall()
+        ]
 
-        def work(conn: Connection) -> tuple[tuple[Any, str], list[str], list[str]] | None:
+    def _prune_transaction(self, work: Callable[[Connection], T], *, write: bool) -> T | None:
+        def in_transaction(conn: Connection) -> T:
             with conn.transaction():
-                found = conn.execute(select, params).fetchall()
-                if not found:
-                    return None
-                records = [POSTGRES.record(row, cut.now) for row in found]
-                done = [r for r in records if not retention.kept_for_key(r, keys, cut.now)]
-                held = [r.operation_id for r in records if r not in done]
-                if not dry_run and done:
-                    self._prune_batch(conn, done, cut, target)
-                last = records[-1]
-                return (last.updated_at, last.operation_id), [r.operation_id for r in done], held
+                return work(conn)
 
-        return self._run_read(work) if dry_run else self._run(work)
+        return self._run(in_transaction) if write else self._run_read(in_transaction)
 
-    def _prune_batch(
-        self,
-        conn: Connection,
-        records: Sequence[OperationRecord],
-        cut: retention.CutOff,
-        target: IO[str] | None,
+    def _prune_records(
+        self, conn: Connection, records: Sequence[OperationRecord], plan: PrunePass
     ) -> None:
         s = self._sql.qualified
         ids = [record.operation_id for record in records]
@@ -194,12 +150,11 @@ class PostgresPruning:
         stones = []
         for record in records:
             chain = events[record.operation_id]
-            tomb = retention.tombstone_of(record, bytes(chain[0].hash) if chain else b"", cut.now)
+            first = bytes(chain[0].hash) if chain else b""
+            tomb = retention.tombstone_of(record, first, plan.cut.now)
             stones.append(tomb)
-            if target is not None:
-                retention.write_archived(target, record, chain, tomb)
-        if target is not None:
-            retention.sync_archive(target)
+            if plan.archive is not None:
+                retention.write_archived(plan.archive, record, chain, tomb)
         with conn.cursor() as cursor:
             cursor.executemany(
                 f"INSERT INTO {s}.tombstones ({_STONE_COLUMNS}) VALUES ({', '.join(['%s'] * 11)})",

@@ -1,20 +1,21 @@
 """The SQLite ledger's retention: settled operations pruned to tombstones, in short batches.
 
 The rules (what may be pruned, what a tombstone holds and refuses, the
-archive) are :mod:`effectguard.ledger.retention`'s; this module holds the
-statements and runs each batch in one write transaction.
+archive) are :mod:`effectguard.ledger.retention`'s and the batch loop is
+:mod:`effectguard.ledger.pruning`'s; this module holds the statements and runs
+each batch in one write transaction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from effectguard.errors import InvalidRequestError
 from effectguard.ledger import retention
 from effectguard.ledger.documents import from_micros, to_micros
-from effectguard.ledger.protocol import announce_pruned
-from effectguard.ledger.retention import PruneReport, Tombstone
+from effectguard.ledger.pruning import After, BatchPruning, PrunePass
+from effectguard.ledger.retention import Tombstone
 from effectguard.ledger.schema import SQLITE
 from effectguard.model import EffectStatus, OperationRecord, VerifyProblem
 
@@ -96,8 +97,12 @@ def tombstone_problems(conn: Connection) -> list[VerifyProblem]:
     return problems
 
 
-class SQLitePruning:
-    """The retention methods of :class:`~effectguard.ledger.sqlite.SQLiteEffectLedger`."""
+class SQLitePruning(BatchPruning["Connection"]):
+    """The retention methods of :class:`~effectguard.ledger.sqlite.SQLiteEffectLedger`.
+
+    :meth:`prune` is :class:`~effectguard.ledger.pruning.BatchPruning`'s; each page
+    is one ``BEGIN IMMEDIATE`` write transaction (a plain read for a dry run).
+    """
 
     _clock: Callable[[], float]
     if TYPE_CHECKING:  # provided by the ledger's file handle
@@ -122,78 +127,33 @@ class SQLitePruning:
 
         return self._read(work, {})
 
-    def prune(
-        self,
-        *,
-        older_than: float,
-        statuses: Iterable[EffectStatus] = retention.PRUNABLE,
-        archive: str | None = None,
-        dry_run: bool = False,
-        force: bool = False,
-        key_retention: Mapping[str, float] | None = None,
-        now: float | None = None,
-    ) -> PruneReport:
-        """See :meth:`EffectLedger.prune`."""
-        wanted = retention.check_statuses(statuses)
-        cut = retention.cut_off(older_than, self._clock() if now is None else now)
-        keys = {} if force else dict(key_retention or {})
-        target = None if dry_run or archive is None else retention.open_archive(archive)
-        pruned: list[str] = []
-        kept: list[str] = []
-        after: tuple[int, str] = (-1, "")
-        try:
-            while True:
-                batch = self._batch(wanted, cut, after, keys, target, dry_run=dry_run)
-                if batch is None:
-                    break
-                after, done, held = batch
-                pruned.extend(done)
-                kept.extend(held)
-        finally:
-            if target is not None:
-                retention.close_archive(target)
-            if not dry_run:
-                announce_pruned(pruned)
-        return PruneReport(tuple(pruned), tuple(kept), dry_run, archive)
+    def _prune_now(self) -> float:
+        return self._clock()
 
-    def _batch(
-        self,
-        wanted: Sequence[EffectStatus],
-        cut: retention.CutOff,
-        after: tuple[int, str],
-        keys: Mapping[str, float],
-        target: IO[str] | None,
-        *,
-        dry_run: bool,
-    ) -> tuple[tuple[int, str], list[str], list[str]] | None:
-        marks = ",".join("?" * len(wanted))
+    def _prune_page(self, conn: Connection, plan: PrunePass, after: After) -> list[OperationRecord]:
+        marks = ",".join("?" * len(plan.statuses))
         select = (
             f"SELECT {_COLUMNS} FROM operations WHERE status IN ({marks}) AND updated_us < ?"
             " AND (updated_us, operation_id) > (?, ?) ORDER BY updated_us, operation_id LIMIT ?"
         )
-        at_us = to_micros(cut.now)
+        start = (-1, "") if after is None else (to_micros(after[0]), after[1])
+        params = (
+            *[s.value for s in plan.statuses],
+            to_micros(plan.cut.before),
+            *start,
+            retention.BATCH,
+        )
+        at_us = to_micros(plan.cut.now)
+        return [SQLITE.record(row, at_us) for row in conn.execute(select, params).fetchall()]
 
-        def work(conn: Connection) -> tuple[tuple[int, str], list[str], list[str]] | None:
-            params = (*[s.value for s in wanted], to_micros(cut.before), *after, retention.BATCH)
-            found = conn.execute(select, params).fetchall()
-            if not found:
-                return None
-            done: list[str] = []
-            held: list[str] = []
-            for row in found:
-                record = SQLITE.record(row, at_us)
-                if retention.kept_for_key(record, keys, cut.now):
-                    held.append(record.operation_id)
-                    continue
-                done.append(record.operation_id)
-                if not dry_run:
-                    _prune_one(conn, record, cut, target)
-            if target is not None and done:
-                retention.sync_archive(target)
-            last = SQLITE.record(found[-1], at_us)
-            return (to_micros(last.updated_at), last.operation_id), done, held
+    def _prune_records(
+        self, conn: Connection, records: Sequence[OperationRecord], plan: PrunePass
+    ) -> None:
+        for record in records:
+            _prune_one(conn, record, plan.cut, plan.archive)
 
-        return (self._read if dry_run else self._write)(work, None)
+    def _prune_transaction(self, work: Callable[[Connection], T], *, write: bool) -> T | None:
+        return self._write(work) if write else self._read(work, None)
 
 
 def _prune_one(

@@ -12,7 +12,6 @@ per run on its standard input and output.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
@@ -24,14 +23,15 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any, Self
 
 from effectguard.executor import EffectExecutor
 from effectguard.executor.pacing import seeded_jitter
 from effectguard.ledger import open_ledger
 from effectguard.testkit.clock import ManualClock, SharedClock
 from effectguard.testkit.faults import Fault, FaultPlan
-from effectguard.testkit.matrix.kinds import ContractKind, Service, build_setup
+from effectguard.testkit.matrix import pipes
+from effectguard.testkit.matrix.kinds import ContractKind, Service, Setup, build_setup
 
 __all__ = ["ChildExit", "ChildRun", "ChildRunner", "run_child", "serve"]
 
@@ -106,6 +106,24 @@ class ChildRun:
             ledger_options=dict(data.get("ledger_options") or {}),
         )
 
+    def setup(self) -> Setup:
+        """The provider, contract, arguments and handler this run executes, rebuilt from it.
+
+        Every process that executes a run (a crash child, a contending worker)
+        builds it here, so they all call the same effect on the same provider.
+        """
+        return build_setup(
+            self.kind,
+            self.service,
+            self.subject,
+            faults=self.faults,
+            path=self.provider_path,
+            visible_after_reads=self.visible_after_reads,
+            amount_cents=self.amount_cents,
+            lease_seconds=self.lease_seconds,
+            broken_key=self.broken_key,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ChildExit:
@@ -128,13 +146,7 @@ class ChildRunner:
         if not hasattr(os, "fork"):
             msg = "crash runs need os.fork() (a POSIX system)"
             raise RuntimeError(msg)
-        self._helper = subprocess.Popen(  # noqa: S603 - our own module, by this interpreter
-            [sys.executable, "-m", "effectguard.testkit.matrix.helper", *self.preload],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            bufsize=1,
-        )
+        self._helper = pipes.start("effectguard.testkit.matrix.helper", *self.preload)
         return self
 
     def __exit__(
@@ -148,18 +160,8 @@ class ChildRunner:
     def close(self) -> None:
         """Stop the helper (it exits when its input closes)."""
         helper, self._helper = self._helper, None
-        if helper is None:
-            return
-        with contextlib.suppress(OSError):
-            if helper.stdin is not None:  # always: it is opened with a pipe
-                helper.stdin.close()
-        try:
-            helper.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
-        if helper.stdout is not None:
-            helper.stdout.close()
+        if helper is not None:
+            pipes.stop(helper)
 
     def run(self, run: ChildRun) -> ChildExit:
         """Execute ``run`` in a new child and wait until it ends or is killed.
@@ -175,7 +177,10 @@ class ChildRunner:
         request = {"run": run.to_json(), "error_path": error_path, "timeout": self.timeout}
         helper.stdin.write(json.dumps(request) + "\n")
         helper.stdin.flush()
-        line = _read_line(helper.stdout, self.timeout + 10)
+        line = pipes.read_line(helper.stdout, self.timeout + 10)
+        if line is None:
+            msg = f"the crash helper did not answer within {self.timeout + 10:g}s"
+            raise RuntimeError(msg)
         if not line:
             msg = f"the crash helper process stopped (exit code {helper.poll()})"
             raise RuntimeError(msg)
@@ -201,14 +206,6 @@ def run_child(run: ChildRun, *, timeout: float = 60.0) -> ChildExit:
         return runner.run(run)
 
 
-def _read_line(stream: IO[str], timeout: float) -> str:
-    ready, _, _ = select.select([stream], [], [], timeout)
-    if not ready:
-        msg = f"the crash helper did not answer within {timeout:g}s"
-        raise RuntimeError(msg)
-    return stream.readline()
-
-
 # -- the helper and its children ----------------------------------------------------------
 
 
@@ -219,17 +216,7 @@ def _execute(run: ChildRun, error_path: str) -> None:
         os.dup2(devnull, 1)  # standard output is the helper's answer channel
         clock = ManualClock(run.now) if run.clock_path is None else SharedClock(run.clock_path)
         ledger = open_ledger(run.ledger_path, clock=clock, **run.ledger_options)
-        setup = build_setup(
-            run.kind,
-            run.service,
-            run.subject,
-            faults=run.faults,
-            path=run.provider_path,
-            visible_after_reads=run.visible_after_reads,
-            amount_cents=run.amount_cents,
-            lease_seconds=run.lease_seconds,
-            broken_key=run.broken_key,
-        )
+        setup = run.setup()
         executor = EffectExecutor(ledger, clock=clock, jitter=seeded_jitter(run.subject))
         executor.execute(setup.contract, setup.arguments, setup.handler)
     except BaseException:  # noqa: BLE001 - reported to the parent through the error file

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from effectguard.errors import FencedWriteError
-from effectguard.ledger import AnchorHead, EffectLedger
-from effectguard.ledger.protocol import Changes, EventDraft, Expect, NewOperation
-from effectguard.model import EffectEvent, EffectStatus, EventType, OperationRecord, VerifyReport
+from effectguard.ledger import EffectLedger
+from effectguard.ledger.delegating import DelegatingLedger
+from effectguard.ledger.protocol import Changes, EventDraft, Expect
+from effectguard.model import EffectEvent, EventType, OperationRecord
 
 __all__ = ["Contention", "FenceCounter", "contention_of"]
 
@@ -48,18 +48,16 @@ def contention_of(events: Sequence[EffectEvent]) -> Contention:
     return Contention(takeovers=len(taken), lease_expiries=expired)
 
 
-class FenceCounter:
-    """Delegates to ``ledger`` and counts the writes refused because another holds the lease."""
+class FenceCounter(DelegatingLedger):
+    """Delegates to ``ledger`` and counts the writes refused because another holds the lease.
+
+    Like every :class:`DelegatingLedger` it shows no ``claims_first``: the
+    matrix's calls read before they claim, on every backend.
+    """
 
     def __init__(self, ledger: EffectLedger) -> None:
-        self.ledger = ledger
+        super().__init__(ledger)
         self.fenced = 0
-
-    def claim(
-        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
-    ) -> tuple[OperationRecord, bool]:
-        """See :meth:`EffectLedger.claim`."""
-        return self.ledger.claim(operation, events, now=now)
 
     def transition(
         self,
@@ -72,7 +70,7 @@ class FenceCounter:
     ) -> OperationRecord:
         """See :meth:`EffectLedger.transition`; a :class:`FencedWriteError` is counted."""
         try:
-            return self.ledger.transition(operation_id, expect, changes, events, now=now)
+            return super().transition(operation_id, expect, changes, events, now=now)
         except FencedWriteError:
             self.fenced += 1
             raise
@@ -82,69 +80,7 @@ class FenceCounter:
     ) -> None:
         """See :meth:`EffectLedger.renew`; a :class:`FencedWriteError` is counted."""
         try:
-            self.ledger.renew(operation_id, lease_token, seconds, now=now)
+            super().renew(operation_id, lease_token, seconds, now=now)
         except FencedWriteError:
             self.fenced += 1
             raise
-
-    def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
-        """See :meth:`EffectLedger.get`."""
-        return self.ledger.get(operation_id, now=now)
-
-    def list_operations(
-        self,
-        *,
-        status: EffectStatus | None = None,
-        contract: str | None = None,
-        limit: int = 100,
-    ) -> list[OperationRecord]:
-        """See :meth:`EffectLedger.list_operations`."""
-        return self.ledger.list_operations(status=status, contract=contract, limit=limit)
-
-    def events(self, operation_id: str) -> list[EffectEvent]:
-        """See :meth:`EffectLedger.events`."""
-        return self.ledger.events(operation_id)
-
-    def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
-        """See :meth:`EffectLedger.verify`."""
-        return self.ledger.verify(anchor=anchor)
-
-    def confirm(
-        self,
-        operation_id: str,
-        *,
-        output: Any,
-        provider_operation_id: str | None,
-        actor: str,
-        reason: str,
-        evidence_reference: str,
-    ) -> OperationRecord:
-        """See :meth:`EffectLedger.confirm`."""
-        return self.ledger.confirm(
-            operation_id,
-            output=output,
-            provider_operation_id=provider_operation_id,
-            actor=actor,
-            reason=reason,
-            evidence_reference=evidence_reference,
-        )
-
-    def reject(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :meth:`EffectLedger.reject`."""
-        return self.ledger.reject(
-            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
-
-    def authorize_retry(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
-    ) -> OperationRecord:
-        """See :meth:`EffectLedger.authorize_retry`."""
-        return self.ledger.authorize_retry(
-            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
-        )
-
-    def close(self) -> None:
-        """See :meth:`EffectLedger.close`."""
-        self.ledger.close()

@@ -16,16 +16,14 @@ A worker speaks one JSON line per call on its standard input and output
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import select
 import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any, Self
 
 from effectguard.errors import InternalError, LedgerUnavailableError
 from effectguard.executor import EffectExecutor
@@ -33,9 +31,9 @@ from effectguard.executor.pacing import seeded_jitter
 from effectguard.ledger import open_ledger
 from effectguard.model import EffectStatus
 from effectguard.testkit.clock import SharedClock
+from effectguard.testkit.matrix import pipes
 from effectguard.testkit.matrix.child import ChildRun
 from effectguard.testkit.matrix.contention import FenceCounter
-from effectguard.testkit.matrix.kinds import build_setup
 
 __all__ = ["WorkerAnswer", "WorkerPool", "serve"]
 
@@ -81,19 +79,7 @@ class WorkerPool:
     def __enter__(self) -> Self:
         for index in range(self.count):
             self._workers.append(
-                subprocess.Popen(  # noqa: S603 - our own module, by this interpreter
-                    [
-                        sys.executable,
-                        "-m",
-                        "effectguard.testkit.matrix.worker",
-                        *self._arguments,
-                        str(index + 1),
-                    ],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    bufsize=1,
-                )
+                pipes.start("effectguard.testkit.matrix.worker", *self._arguments, str(index + 1))
             )
         return self
 
@@ -108,18 +94,7 @@ class WorkerPool:
     def close(self) -> None:
         """Stop every worker (each exits when its input closes)."""
         workers, self._workers = self._workers, []
-        for worker in workers:
-            with contextlib.suppress(OSError):
-                if worker.stdin is not None:
-                    worker.stdin.close()
-        for worker in workers:
-            try:
-                worker.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
-            if worker.stdout is not None:
-                worker.stdout.close()
+        pipes.stop(*workers)
 
     def start(self, run: ChildRun) -> None:
         """Send ``run`` to every worker; they call at once, while the caller makes its own call."""
@@ -148,7 +123,10 @@ def _answer(worker: subprocess.Popen[str]) -> WorkerAnswer:
     if stream is None:
         msg = "a matrix worker has no output pipe"
         raise InternalError(msg)
-    line = _read_line(stream, _ANSWER_SECONDS)
+    line = pipes.read_line(stream, _ANSWER_SECONDS)
+    if line is None:
+        msg = f"a matrix worker did not answer within {_ANSWER_SECONDS:g}s"
+        raise InternalError(msg)
     if not line:
         msg = f"a matrix worker stopped (exit code {worker.poll()}); its traceback is above"
         raise InternalError(msg)
@@ -157,14 +135,6 @@ def _answer(worker: subprocess.Popen[str]) -> WorkerAnswer:
         msg = f"a matrix worker's call failed:\n{answer['error']}"
         raise InternalError(msg)
     return WorkerAnswer(status=answer["status"], fenced=int(answer["fenced"]))
-
-
-def _read_line(stream: IO[str], timeout: float) -> str:
-    ready, _, _ = select.select([stream], [], [], timeout)
-    if not ready:
-        msg = f"a matrix worker did not answer within {timeout:g}s"
-        raise InternalError(msg)
-    return stream.readline()
 
 
 def serve(target: str, clock_path: str, seed: int, options: dict[str, Any], index: int) -> None:
@@ -186,17 +156,7 @@ def serve(target: str, clock_path: str, seed: int, options: dict[str, Any], inde
 
 def _call(run: ChildRun, executor: EffectExecutor, ledger: FenceCounter) -> dict[str, Any]:
     before = ledger.fenced
-    setup = build_setup(
-        run.kind,
-        run.service,
-        run.subject,
-        faults=run.faults,
-        path=run.provider_path,
-        visible_after_reads=run.visible_after_reads,
-        amount_cents=run.amount_cents,
-        lease_seconds=run.lease_seconds,
-        broken_key=run.broken_key,
-    )
+    setup = run.setup()
     status: str | None = None
     error = None
     try:
