@@ -12,7 +12,6 @@ from effectguard.ledger.protocol import (
     EventDraft,
     Expect,
     NewOperation,
-    claims_first,
 )
 from effectguard.model import OperationRecord
 
@@ -26,18 +25,13 @@ WRITES = ("claim", "transition", "renew")
 class CountingLedger(DelegatingLedger):
     """Delegates to ``ledger`` and counts each primitive called, in ``calls``.
 
-    Unlike a plain :class:`DelegatingLedger` it shows the ledger's ``claims_first``,
+    Like every :class:`DelegatingLedger` it shows the ledger's ``claims_first``,
     so a measured call takes the path it takes without the counting.
     """
 
     def __init__(self, ledger: EffectLedger) -> None:
         super().__init__(ledger)
         self.calls: Counter[str] = Counter()
-
-    @property
-    def claims_first(self) -> bool:
-        """Whether the ledger counted claims before it reads (see :func:`claims_first`)."""
-        return claims_first(self.inner)
 
     @property
     def writes(self) -> int:

@@ -4,16 +4,18 @@ A wrapper that watches what the executor does with a ledger (the bench counts
 commits and reads, the fault matrix counts fenced-out writes) subclasses
 :class:`DelegatingLedger` and overrides only the primitives it watches.
 
-Only the :class:`~effectguard.ledger.protocol.EffectLedger` methods are
-forwarded. Optional hooks are not: the executor changes its path on them
-(:func:`~effectguard.ledger.protocol.claims_first` reads ``claims_first``),
-so a wrapper that should show one declares it itself, and a wrapper is never
-:class:`~effectguard.ledger.protocol.Prunable`.
+The :class:`~effectguard.ledger.protocol.EffectLedger` methods are forwarded,
+and so is the ``claims_first`` hook the executor chooses its path by
+(:func:`~effectguard.ledger.protocol.claims_first`): a call through a wrapper
+takes the path it takes without one, so what a wrapper counts is what
+production does. A wrapper is never :class:`~effectguard.ledger.protocol.Prunable`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from effectguard.ledger.protocol import claims_first
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,6 +42,11 @@ class DelegatingLedger:
 
     def __init__(self, inner: EffectLedger) -> None:
         self.inner = inner
+
+    @property
+    def claims_first(self) -> bool:
+        """Whether ``inner`` claims before it reads (its ``claims_first``)."""
+        return claims_first(self.inner)
 
     def claim(
         self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None

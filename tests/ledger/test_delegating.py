@@ -80,14 +80,17 @@ def test_every_protocol_method_is_forwarded_with_its_arguments_and_answer(name: 
     assert answer is (None if returns == "None" else inner.answer)
 
 
-def test_a_wrapper_shows_only_the_hooks_it_declares():
-    """No claims_first through the base or the matrix's counter; the bench's counter shows it."""
-    inner = Recorder()
+def test_every_wrapper_shows_the_ledgers_claims_first():
+    """A call through a wrapper takes production's path: claims_first shows through each.
 
-    assert claims_first(inner) is True
-    assert claims_first(DelegatingLedger(inner)) is False  # type: ignore[arg-type]
-    assert claims_first(FenceCounter(inner)) is False  # type: ignore[arg-type]
-    assert claims_first(CountingLedger(inner)) is True  # type: ignore[arg-type]
+    The matrix's counter hid it once, so the PostgreSQL matrix never ran the
+    claim-first path PostgreSQL takes in production.
+    """
+    for answer in (True, False):
+        inner = Recorder()
+        inner.claims_first = answer
+        for wrapper in (DelegatingLedger, FenceCounter, CountingLedger):
+            assert claims_first(wrapper(inner)) is answer, wrapper  # type: ignore[arg-type]
 
 
 def test_a_delegating_ledger_is_an_effect_ledger_but_not_prunable(tmp_path: Path):

@@ -51,8 +51,9 @@ def contention_of(events: Sequence[EffectEvent]) -> Contention:
 class FenceCounter(DelegatingLedger):
     """Delegates to ``ledger`` and counts the writes refused because another holds the lease.
 
-    Like every :class:`DelegatingLedger` it shows no ``claims_first``: the
-    matrix's calls read before they claim, on every backend.
+    Like every :class:`DelegatingLedger` it shows the ledger's ``claims_first``:
+    the matrix's calls take the path production takes on each backend (on
+    PostgreSQL the claim is the first read).
     """
 
     def __init__(self, ledger: EffectLedger) -> None:
