@@ -65,12 +65,69 @@ def _without_first(signature: inspect.Signature) -> inspect.Signature:
     return signature.replace(parameters=list(signature.parameters.values())[1:])
 
 
+def _variant(full: inspect.Signature) -> _Variant:
+    call = _without(full, KEY_PARAMETER)
+    return _Variant(full, call, _FastBinder.of(call))
+
+
 @dataclass(frozen=True, slots=True)
 class _Variant:
     """The signatures of one way of calling the tool: as written, or bound to an instance."""
 
     full: inspect.Signature
     call: inspect.Signature
+    fast: _FastBinder | None = None
+
+
+_SIMPLE = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+
+
+class _FastBinder:
+    """``Signature.bind`` plus ``apply_defaults`` for a signature of named parameters only.
+
+    Gives the same mapping (parameter order, the same default objects) for every
+    call that binds; for any call that would not (too many values, an unknown or
+    repeated name, a missing one) it answers None, and the caller lets
+    ``inspect`` bind it, which raises the ``TypeError`` Python would.
+    """
+
+    __slots__ = ("names", "parameters", "positional")
+
+    def __init__(self, signature: inspect.Signature) -> None:
+        values = list(signature.parameters.values())
+        self.positional = tuple(
+            p.name for p in values if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+        )
+        self.names = frozenset(p.name for p in values)
+        self.parameters = tuple((p.name, p.default) for p in values)
+
+    @classmethod
+    def of(cls, signature: inspect.Signature) -> _FastBinder | None:
+        """A binder for ``signature``, or None when it has positional-only or variadic parts."""
+        if all(p.kind in _SIMPLE for p in signature.parameters.values()):
+            return cls(signature)
+        return None
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The arguments mapping of a call, defaults applied; None: let ``inspect`` bind it."""
+        if len(args) > len(self.positional):
+            return None
+        given = dict(zip(self.positional, args, strict=False))
+        for name, value in kwargs.items():
+            if name not in self.names or name in given:
+                return None
+            given[name] = value
+        if len(given) == len(self.parameters):
+            return {name: given[name] for name, _ in self.parameters}
+        bound: dict[str, Any] = {}
+        for name, default in self.parameters:
+            if name in given:
+                bound[name] = given[name]
+            elif default is inspect.Parameter.empty:
+                return None
+            else:
+                bound[name] = default
+        return bound
 
 
 class ToolShape:
@@ -93,9 +150,8 @@ class ToolShape:
             raise ConfigurationError(msg)
         self.takes_key = key is not None
         self.first = parameters[0].name if parameters else None
-        self._plain = _Variant(signature, _without(signature, KEY_PARAMETER))
-        bound = _without_first(signature) if parameters else signature
-        self._bound = _Variant(bound, _without(bound, KEY_PARAMETER))
+        self._plain = _variant(signature)
+        self._bound = _variant(_without_first(signature) if parameters else signature)
         self.has_var_positional = any(
             p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters
         )
@@ -133,8 +189,13 @@ class ToolShape:
                 "from the contract; do not pass it"
             )
             raise TypeError(msg)
+        variant = self._variant(instance)
+        if variant.fast is not None:
+            found = variant.fast.bind(args, kwargs)
+            if found is not None:
+                return found
         try:
-            bound = self._variant(instance).call.bind(*args, **kwargs)
+            bound = variant.call.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.tool}(): {exc}") from None
         bound.apply_defaults()
