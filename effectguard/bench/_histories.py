@@ -78,9 +78,7 @@ class Shapes:
     quarantined_index: int
 
 
-def _capture(
-    ledger: EffectLedger, clock: ManualClock, index: int, *, times_out: bool
-) -> History:
+def _capture(ledger: EffectLedger, clock: ManualClock, index: int, *, times_out: bool) -> History:
     """Run one capture through the executor; return its record and events as stored."""
     provider = FakePaymentProvider(
         idempotency_guaranteed=not times_out,

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
 
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -182,7 +183,12 @@ def _resolve(
     ledger = open_ledger(write=not dry_run)
     with refusals():
         done = resolve(
-            ledger, operation_id, action, tools=index, dry_run=dry_run, **fields  # type: ignore[arg-type]
+            ledger,
+            operation_id,
+            action,
+            tools=index,
+            dry_run=dry_run,
+            **fields,  # type: ignore[arg-type]
         )
     for warning in done.warnings:
         click.echo(f"warning: {warning}", err=True)

@@ -62,4 +62,3 @@ class Options:
         """Sort ``@effect``'s keyword arguments into contract fields and the executor."""
         fields = {contract_field(k): v for k, v in keywords.items() if k not in DECORATOR_ONLY}
         return cls(MappingProxyType(fields), keywords.get("executor"))
-

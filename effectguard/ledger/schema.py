@@ -117,9 +117,11 @@ _LIVE_AT = _RECORD_FIELDS.index("lease_live")
 _EVENT_FIELDS = tuple(field.name for field in dataclasses.fields(EffectEvent))
 # The mapper builds records and events positionally, so the column lists must
 # follow their field order; checked once, at import, rather than trusted.
-if tuple(c.field for c in OPERATION_COLUMNS) != tuple(
-    name for name in _RECORD_FIELDS if name != "lease_live"
-) or tuple(c.field for c in EVENT_COLUMNS) != _EVENT_FIELDS:
+if (
+    tuple(c.field for c in OPERATION_COLUMNS)
+    != tuple(name for name in _RECORD_FIELDS if name != "lease_live")
+    or tuple(c.field for c in EVENT_COLUMNS) != _EVENT_FIELDS
+):
     _msg = "ledger schema columns are out of step with OperationRecord / EffectEvent fields"
     raise TypeError(_msg)
 # Where an unreadable event's identity is salvaged from.
@@ -128,10 +130,9 @@ _EVENT_ID, _EVENT_SEQ, _EVENT_HASH = (
 )
 
 
-if (
-    tuple((c.field, c.kind) for c in OPERATION_COLUMNS) != READER_ORDER
-    or _RECORD_FIELDS.index("lease_live") != READER_ORDER.index(("overlap", Kind.OVERLAP))
-):
+if tuple((c.field, c.kind) for c in OPERATION_COLUMNS) != READER_ORDER or _RECORD_FIELDS.index(
+    "lease_live"
+) != READER_ORDER.index(("overlap", Kind.OVERLAP)):
     _msg = "ledger schema columns are out of step with the record reader"
     raise TypeError(_msg)
 

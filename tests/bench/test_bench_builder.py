@@ -74,9 +74,7 @@ def test_a_replica_is_what_the_executor_writes_for_that_operation(site: Site, in
     loaded = ledger.get(operation_id(index))
     assert loaded is not None
     untimed = ("created_at", "updated_at", "first_dispatched_at", "event_head")
-    assert replace(loaded, **dict.fromkeys(untimed)) == replace(
-        made, **dict.fromkeys(untimed)
-    )
+    assert replace(loaded, **dict.fromkeys(untimed)) == replace(made, **dict.fromkeys(untimed))
     # Lease tokens are random per run, so the lease each write committed to differs too.
     assert [_untimed(event) for event in ledger.events(operation_id(index))] == [
         _untimed(event) for event in made_events

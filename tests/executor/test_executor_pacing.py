@@ -93,9 +93,7 @@ def test_async_pending_probe_is_probed_again_without_an_attempt(ledger, manual):
     )
     executor = EffectExecutor(ledger, clock=manual)
 
-    result = asyncio.run(
-        executor.execute_async(capture_contract(provider), ARGS, provider.handler)
-    )
+    result = asyncio.run(executor.execute_async(capture_contract(provider), ARGS, provider.handler))
 
     assert result.status is EffectStatus.CONFIRMED
     assert provider.requests == 1

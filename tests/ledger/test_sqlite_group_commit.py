@@ -238,7 +238,6 @@ def test_a_fenced_write_in_a_batch_is_refused_alone(
     assert ledger.verify().problems == ()
 
 
-
 class Interrupted(Exception):
     """Raised by a signal handler in a caller waiting for the writer."""
 

@@ -115,9 +115,7 @@ def test_the_template_writes_the_general_encoders_bytes(operation_id, evidence, 
             canonical_json(commits) if commits else None,
         )
         assert template == general
-        assert chain.chain_hash(b"x", template) == chain.chain_hash(
-            b"x", json.loads(general)
-        )
+        assert chain.chain_hash(b"x", template) == chain.chain_hash(b"x", json.loads(general))
 
 
 def test_a_ledger_written_before_the_change_verifies_and_rehashes_identically(tmp_path):
@@ -153,9 +151,7 @@ def test_a_pre_change_ledger_takes_new_writes_and_still_verifies(tmp_path):
     path = tmp_path / "old.db"
     shutil.copyfile(FIXTURE, path)
     provider = FakePaymentProvider(path=tmp_path / "provider.db")
-    contract = EffectContract(
-        name="fixture.pay", operation_id=lambda a: f"pay:{a['invoice_id']}"
-    )
+    contract = EffectContract(name="fixture.pay", operation_id=lambda a: f"pay:{a['invoice_id']}")
     with SQLiteEffectLedger(path) as ledger:
         ledger.reject("pay:3", actor="ops", reason="never reached", evidence_reference="T-2")
         arguments = {"invoice_id": "5", "amount_cents": 6}

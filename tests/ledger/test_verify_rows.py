@@ -76,8 +76,10 @@ def test_a_forged_output_is_reported_and_never_replayed(
 @pytest.mark.parametrize(
     ("assignments", "fields"),
     [
-        ("arguments = '{\"amount_cents\":1,\"invoice_id\":\"INV-1042\"}', fingerprint = 'f'",
-         {"arguments", "fingerprint"}),
+        (
+            'arguments = \'{"amount_cents":1,"invoice_id":"INV-1042"}\', fingerprint = \'f\'',
+            {"arguments", "fingerprint"},
+        ),
         ("attempts = 0, attempt_budget = 9", {"attempts", "attempt_budget"}),
         ("provider_key = 'capture:INV-other'", {"provider_key"}),
         ("provider_operation_id = 'cap_999999'", {"provider_operation_id"}),

@@ -76,8 +76,10 @@ class _PoolRecords(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
         ours = (
-            record.threadName is not None and record.threadName.startswith(_POOL_NAME)
-        ) or getattr(_IN_POOL, "active", False) or _POOL_NAME in args
+            (record.threadName is not None and record.threadName.startswith(_POOL_NAME))
+            or getattr(_IN_POOL, "active", False)
+            or _POOL_NAME in args
+        )
         if not ours:
             return True
         _LOG.info("connection pool: %s", record.getMessage())

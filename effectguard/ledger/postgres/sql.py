@@ -72,9 +72,7 @@ COLUMN_TYPES = {
     for column in _OPERATIONS
 }
 #: Columns a transition may set (all but the key), with the cast its parameter needs.
-SETTABLE = {
-    name: "::json" if name in _JSON_COLUMNS else "" for name in OPERATION_COLUMNS[1:]
-}
+SETTABLE = {name: "::json" if name in _JSON_COLUMNS else "" for name in OPERATION_COLUMNS[1:]}
 
 
 def check_schema_name(name: object) -> str:
