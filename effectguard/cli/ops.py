@@ -185,10 +185,10 @@ def _resolve(
         done = resolve(
             ledger,
             operation_id,
-            action,
+            action,  # type: ignore[arg-type]
             tools=index,
             dry_run=dry_run,
-            **fields,  # type: ignore[arg-type]
+            **fields,
         )
     for warning in done.warnings:
         click.echo(f"warning: {warning}", err=True)
