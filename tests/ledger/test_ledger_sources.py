@@ -155,6 +155,26 @@ def test_bulk_load_restores_operations_exactly_as_they_were(ledger, loader):
     report = loader.verify()
     assert report.ok
     assert (report.operations_checked, report.events_checked) == (3, 9)
+    assert report.anchored == 3
+
+
+def test_a_bulk_loaded_ledger_keeps_anchoring_claims_and_later_loads(ledger, loader):
+    """The anchor a load writes is one a later claim and a later load extend, and verify accepts.
+
+    On PostgreSQL a load anchors its operations with one COPY and one head update;
+    the head it leaves must be the one the next claim and the next load build on.
+    """
+    first = [_written(ledger, f"op-{index}") for index in range(3)]
+    assert loader.bulk_load(first) == 3
+    loader.claim(operation("op-claimed"), CLAIM_EVENTS)
+    second = [_written(ledger, f"op-later-{index}") for index in range(2)]
+    assert loader.bulk_load(second) == 2
+    report = loader.verify()
+    assert report.ok, report.problems
+    assert (report.operations_checked, report.anchored) == (6, 6)
+    head = loader.anchor_head()
+    assert head.count == 6
+    assert loader.verify(anchor=head).ok
 
 
 @pytest.mark.parametrize(

@@ -224,11 +224,19 @@ class PostgresEffectLedger(OperatorResolution, pruning.PostgresPruning):
             msg = f"the claims anchor of schema {self.schema!r} has no head row"
             raise InternalError(msg)
         seq, running = int(head[0]), bytes(head[1])
+        claims = []
         for operation_id, first in conn.execute(self._sql.unanchored).fetchall():
             claim_hash = b"" if first is None else bytes(first)
             seq += 1
             running = anchors.advance(running, operation_id, claim_hash)
-            conn.execute(self._sql.anchor_many, (seq, operation_id, running))
+            claims.append((0, seq, operation_id, running))
+        if not claims:
+            return
+        # One COPY and one head update, not a statement (and a head row version) per claim.
+        with conn.cursor() as cursor, cursor.copy(self._sql.copy_claims) as copy:
+            for claim in claims:
+                copy.write_row(claim)
+        conn.execute(self._sql.set_anchor_head, (seq, running))
 
     def _inspect(self, conn: Connection) -> _SchemaState:
         """Return (schema exists, version table exists, ledger tables exist, version)."""

@@ -357,15 +357,14 @@ class Statements:
         return f"SELECT count, running FROM {self.qualified}.claims_head WHERE shard = 0 FOR UPDATE"
 
     @property
-    def anchor_many(self) -> str:
-        """Append one claim to shard 0 of the anchor and set its head to it."""
-        s = self.qualified
-        return (
-            f"WITH a AS (INSERT INTO {s}.claims (shard, seq, operation_id, running)"
-            " VALUES (0, %s, %s, %s) RETURNING seq, running)"
-            f" UPDATE {s}.claims_head SET count = a.seq, running = a.running FROM a"
-            " WHERE shard = 0"
-        )
+    def copy_claims(self) -> str:
+        """``COPY`` claims into the anchor, as ``(shard, seq, operation_id, running)`` rows."""
+        return f"COPY {self.qualified}.claims (shard, seq, operation_id, running) FROM STDIN"
+
+    @property
+    def set_anchor_head(self) -> str:
+        """Set shard 0's head to its last claim: ``(count, running)``."""
+        return f"UPDATE {self.qualified}.claims_head SET count = %s, running = %s WHERE shard = 0"
 
     @property
     def verify_events(self) -> str:
