@@ -21,6 +21,7 @@ import click
 from effectguard.bench import BenchConfig, BenchError, run_bench
 from effectguard.bench._config import BACKENDS, DEFAULT_OPS
 from effectguard.cli._reports import INVARIANT_BROKEN, OUTPUT, BadInput, check_output, write_json
+from effectguard.cli._signals import cleaned_up_on_sigterm
 from effectguard.errors import EffectGuardError
 
 __all__ = ["bench"]
@@ -83,7 +84,8 @@ def bench(
         raise BadInput(msg)
     try:
         config = BenchConfig(backend, ops, rounds, ledger_size, db)
-        report = run_bench(config, progress=lambda line: click.echo(f"bench: {line}", err=True))
+        with cleaned_up_on_sigterm("bench"):
+            report = run_bench(config, progress=lambda line: click.echo(f"bench: {line}", err=True))
     except (BenchError, EffectGuardError) as exc:
         raise BadInput(str(exc)) from exc
     document = report.to_json()

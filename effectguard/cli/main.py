@@ -25,6 +25,7 @@ from effectguard.cli._reports import (
     check_output,
     write_json,
 )
+from effectguard.cli._signals import cleaned_up_on_sigterm
 from effectguard.cli.bench import bench
 from effectguard.cli.study import study
 from effectguard.errors import EffectGuardError
@@ -162,7 +163,10 @@ def matrix(
     check_output(output)
     started = time.monotonic()
     try:
-        with progress_on_stderr("matrix episodes", episodes) as progress:
+        with (
+            cleaned_up_on_sigterm("matrix"),
+            progress_on_stderr("matrix episodes", episodes) as progress,
+        ):
             report = run_matrix(
                 episodes,
                 seed,
