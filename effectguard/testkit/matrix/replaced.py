@@ -106,8 +106,13 @@ def play(
         msg = f"the ledger-replaced fault needs a SQLite ledger file, not {ledger!r}"
         raise InternalError(msg)
     # The fault is a file replaced under a process that has it open: make sure it is
-    # (the first episode may come before any write); an empty load writes nothing.
-    ledger.bulk_load([])
+    # (the first episode may come before any write); an empty load writes nothing. Only
+    # then: an empty load still scans the whole ledger (anchoring, ANALYZE), which made
+    # every later episode of a long run slower than the one before.
+    if ledger.path.exists():
+        ledger.get("matrix:open-the-ledger")  # a read opens the file and pins it
+    else:
+        ledger.bulk_load([])
     files = LedgerFiles(ledger.path, aside)
     handler = setup.handler
     if point is ReplacePoint.BEFORE_CLAIM:
