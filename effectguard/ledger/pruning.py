@@ -17,6 +17,7 @@ A backend supplies only its statements and transactions, through four hooks:
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -55,7 +56,7 @@ class _Page:
     kept: list[str]
 
 
-class BatchPruning(Generic[C]):
+class BatchPruning(abc.ABC, Generic[C]):
     """``prune`` for a backend whose connections are ``C``; the backend supplies the hooks."""
 
     def prune(
@@ -116,10 +117,12 @@ class BatchPruning(Generic[C]):
 
         return work
 
+    @abc.abstractmethod
     def _prune_now(self) -> float:
         """The ledger's time now, in epoch seconds: where a prune's cut-off is counted from."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _prune_page(self, conn: C, plan: PrunePass, after: After) -> list[OperationRecord]:
         """Up to ``BATCH`` operations in ``plan.statuses`` last changed before ``plan.cut.before``.
 
@@ -128,10 +131,12 @@ class BatchPruning(Generic[C]):
         """
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _prune_records(self, conn: C, records: Sequence[OperationRecord], plan: PrunePass) -> None:
         """Archive (when ``plan.archive``), tombstone and delete ``records`` and their events."""
         raise NotImplementedError
 
+    @abc.abstractmethod
     def _prune_transaction(self, work: Callable[[C], T], *, write: bool) -> T | None:
         """Run ``work`` in one transaction (a read-only one unless ``write``) and commit it.
 
