@@ -29,7 +29,7 @@ from effectguard.fingerprint import canonical_json
 from effectguard.ledger import chain
 from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease, NewOperation
 from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.model import EffectStatus, EventType, LeaseOwner
+from effectguard.model import EffectStatus, EventType, LeaseOwner, OperationRecord
 from effectguard.testkit import FakePaymentProvider
 
 FIXTURE = Path(__file__).parent / "data" / "pre_issue15.db"
@@ -47,6 +47,17 @@ def _claim(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
         EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
     )
     ledger.claim(operation, drafts, now=NOW)
+
+
+def _keep_lease(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> OperationRecord:
+    """DISPATCHED to RECONCILING under the same lease, which the write leaves as it is."""
+    return ledger.transition(
+        operation_id,
+        Expect(lease_token=token),
+        Changes(EffectStatus.RECONCILING, reason="checking"),
+        (EventDraft(EventType.RECONCILING, EffectStatus.DISPATCHED, EffectStatus.RECONCILING, 1),),
+        now=NOW + 1,
+    )
 
 
 def _confirm(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
@@ -172,11 +183,39 @@ def test_lean_and_general_paths_store_identical_bytes(tmp_path):
         _confirm(ledger, "op:0", "token-0")
         ledger.renew("op:1", "token-1", 60.0, now=NOW + 0.5)
         _confirm(ledger, "op:1", "token-1")
+        ledger.renew("op:2", "token-2", 90.0, now=NOW + 0.6)
+        _keep_lease(ledger, "op:2", "token-2")
         ledger.close()
     assert _dump(tmp_path / "lean.db") == _dump(tmp_path / "general.db")
     with SQLiteEffectLedger(tmp_path / "lean.db") as reopened:
         assert reopened.verify().problems == ()
         assert reopened.get("op:1", now=NOW + 2).lease_expires_at is None
+        kept = reopened.get("op:2", now=NOW + 2)
+        assert kept.status is EffectStatus.RECONCILING
+        assert kept.lease_expires_at == chain.from_micros(round((NOW + 90.6) * 1_000_000))
+
+
+def test_a_write_that_keeps_a_renewed_lease_reads_the_row_first(tmp_path):
+    """After renew() moved the expiry, a write keeping the lease cannot trust the guess."""
+    ledger = SQLiteEffectLedger(tmp_path / "l.db")
+    _claim(ledger, "op:1", "token-1")
+    ledger.renew("op:1", "token-1", 90.0, now=NOW + 0.6)
+    statements: list[str] = []
+    ledger._open(write=True).set_trace_callback(statements.append)
+    returned = _keep_lease(ledger, "op:1", "token-1")
+    ledger._open(write=True).set_trace_callback(None)
+    updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
+    # The guess names the expiry it remembers, matches nothing, and the row is read instead.
+    assert "lease_expires_us IS" in updates[0]
+    assert any(s.lstrip().upper().startswith("SELECT") for s in statements)
+    renewed = chain.from_micros(round((NOW + 90.6) * 1_000_000))
+    assert returned.lease_expires_at == renewed
+    record = ledger.get("op:1", now=NOW + 2)
+    assert record.status is EffectStatus.RECONCILING
+    assert record.lease_token == FIRST
+    assert record.lease_expires_at == renewed
+    assert ledger.verify().problems == ()
+    ledger.close()
 
 
 def test_a_transition_after_a_claim_reads_no_row(tmp_path):
@@ -191,7 +230,9 @@ def test_a_transition_after_a_claim_reads_no_row(tmp_path):
     updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
     assert reads == []
     assert len(updates) == 1
-    assert "RETURNING" in updates[0]
+    # Fenced on the remembered chain head; no RETURNING (it costs ~4x with the partial index).
+    assert "event_head = " in updates[0]
+    assert "RETURNING" not in updates[0]
     assert ledger.get("op:1").status is EffectStatus.CONFIRMED
     ledger.close()
 

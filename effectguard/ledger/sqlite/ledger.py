@@ -51,7 +51,7 @@ from effectguard.ledger.sqlite.migrations import (
     NEEDING_ATTENTION,
     SCHEMA_VERSION,
 )
-from effectguard.ledger.sqlite.recent import RETURNING, Recent, lean_transition
+from effectguard.ledger.sqlite.recent import Recent, lean_transition
 from effectguard.model import (
     EffectEvent,
     EffectStatus,
@@ -173,7 +173,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
         self._identity: FileIdentity | None = None
         # Rows this ledger wrote last, so a transition is one fenced UPDATE (see recent.py).
         self._recent = Recent()
-        self._lean = RETURNING
+        self._lean = True
         self._group = GroupCommit(self._check_file, self._translated)
         if self.path.exists():
             self._open(write=False)
