@@ -223,10 +223,15 @@ def request_fingerprint(
     any error are the same).
     """
     names = frozenset(redact)
-    hashed = {
-        name: ({"sha256": _sha256_hex(canonical_json(value))} if name in names else value)
-        for name, value in arguments.items()
-    }
+    # Encoded, never kept: a plain dict with nothing to redact is encoded as it is.
+    hashed = (
+        arguments
+        if not names and type(arguments) is dict
+        else {
+            name: ({"sha256": _sha256_hex(canonical_json(value))} if name in names else value)
+            for name, value in arguments.items()
+        }
+    )
     document = {
         "arguments": hashed,
         "contract": contract_name,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from types import MappingProxyType
 
 import pytest
 
@@ -55,3 +57,21 @@ def test_redacted_values_count_by_hash_and_are_replaced_in_storage():
         "to": "a@x",
         "token": REDACTED,
     }
+
+
+def test_fingerprints_are_stable_across_releases_and_mapping_types():
+    """Stored fingerprints were computed by earlier releases: the value never changes.
+
+    Pinned from the release before the plain-dict fast path; a mapping that is
+    not a dict, or keys in another order, give the same fingerprint.
+    """
+    plain = "5402df17be7cfbbd29bc79286f92fe26a5ecd91b92087b68fd57d54c0af4e692"
+    redacted = "882f30a9d2df5dd6f8feb6b4d1e7c2c7636cb56bb60ffcbacd080b9e16a1884b"
+    arguments = {"amount": 5, "note": "é"}
+    assert request_fingerprint("capture", 1, arguments, "k1") == plain
+    assert request_fingerprint("capture", 1, {"note": "é", "amount": 5}, "k1") == plain
+    assert request_fingerprint("capture", 1, MappingProxyType(arguments), "k1") == plain
+    assert request_fingerprint("capture", 1, OrderedDict(arguments), "k1") == plain
+    card = {"amount": 5, "card": "4242"}
+    assert request_fingerprint("capture", 1, card, None, ["card"]) == redacted
+    assert request_fingerprint("capture", 1, MappingProxyType(card), None, ["card"]) == redacted

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Mapping
+from types import FunctionType
 from typing import Any
 
 from effectguard.contract import EffectContract, seconds_problem
@@ -176,7 +177,7 @@ class EffectExecutor:
         ``wait_for_peer``, the contract's, the executor's that is set, else 0.
         ``wait_seconds`` is the earlier name of ``wait_for_peer``.
         """
-        if inspect.iscoroutinefunction(handler):
+        if _coroutine_function(handler):
             msg = "handler is a coroutine function; use execute_async"
             raise TypeError(msg)
         call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
@@ -249,7 +250,7 @@ class EffectExecutor:
         if not callable(handler):
             msg = f"handler must be callable, not {type(handler).__name__}"
             raise TypeError(msg)
-        if not isinstance(arguments, Mapping):
+        if type(arguments) is not dict and not isinstance(arguments, Mapping):
             msg = f"arguments must be a mapping of parameter names, not {type(arguments).__name__}"
             raise TypeError(msg)
         wait = _peer_wait(contract, self.wait_for_peer, wait_for_peer, wait_seconds)
@@ -280,6 +281,13 @@ class EffectExecutor:
             secrets_of(arguments, contract.redact),
             observers,
         )
+
+
+def _coroutine_function(handler: object) -> bool:
+    """``inspect.iscoroutinefunction(handler)``, read straight off a plain function's code."""
+    if type(handler) is FunctionType:
+        return bool(handler.__code__.co_flags & inspect.CO_COROUTINE)
+    return inspect.iscoroutinefunction(handler)
 
 
 def _peer_wait(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -320,3 +321,37 @@ def test_probe_committed_output_is_what_every_caller_receives(ledger):
     assert fresh.output == replay.output == provider.effects()[0]["response"]
     assert replay.replayed
     assert not fresh.replayed
+
+
+class _AsyncProvider:
+    """An async handler as a bound method, to refuse like a plain ``async def``."""
+
+    def __init__(self, provider: FakePaymentProvider) -> None:
+        self.provider = provider
+
+    async def handler(self, arguments, *, idempotency_key):
+        return self.provider.handler(arguments, idempotency_key=idempotency_key)
+
+
+def test_execute_refuses_every_kind_of_async_handler_before_recording_anything(ledger):
+    """A plain, bound or partial async handler is a TypeError from execute(); nothing is sent."""
+    provider = FakePaymentProvider()
+
+    async def plain(arguments, *, idempotency_key):
+        return provider.handler(arguments, idempotency_key=idempotency_key)
+
+    async def keyed(extra, arguments, *, idempotency_key):
+        del extra
+        return provider.handler(arguments, idempotency_key=idempotency_key)
+
+    contract = capture_contract(provider)
+    for handler in (plain, _AsyncProvider(provider).handler, functools.partial(keyed, 1)):
+        with pytest.raises(TypeError, match="coroutine function; use execute_async"):
+            EffectExecutor(ledger).execute(contract, ARGS, handler)
+    assert ledger.get(OPERATION) is None
+    assert provider.requests == 0
+    assert provider.committed() == 0
+    # A sync handler of the same call still runs: the refusal recorded nothing.
+    result = EffectExecutor(ledger).execute(contract, ARGS, provider.handler)
+    assert result.status is EffectStatus.CONFIRMED
+    assert provider.committed() == 1
