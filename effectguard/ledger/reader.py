@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from effectguard.ledger.values import Kind, loader, status
 from effectguard.model import EffectStatus, OperationRecord
 
-__all__ = ["READER_ORDER", "record_reader"]
+__all__ = ["READER_ORDER", "filled", "record_reader"]
 
 #: The columns :func:`record_reader` unpacks, in order, with their kinds (the schema checks them).
 READER_ORDER = (
@@ -29,6 +29,22 @@ READER_ORDER = (
     ("created_at", Kind.TIME), ("updated_at", Kind.TIME), ("first_dispatched_at", Kind.TIME),
     ("event_count", Kind.VALUE), ("event_head", Kind.BYTES),
 )  # fmt: skip
+
+
+# Records are filled slot by slot: the frozen dataclass's own __init__ costs a quarter
+# more, and listing a thousand operations spends most of its time building records.
+_SETTERS = tuple(
+    getattr(OperationRecord, field.name).__set__ for field in dataclasses.fields(OperationRecord)
+)
+_BLANK = object.__new__
+
+
+def filled(values: Iterable[Any]) -> OperationRecord:
+    """Return the record whose fields are ``values``, in field order, exactly as given."""
+    record: OperationRecord = _BLANK(OperationRecord)
+    for store, value in zip(_SETTERS, values, strict=True):
+        store(record, value)
+    return record
 
 
 def record_reader(
@@ -48,11 +64,6 @@ def record_reader(
         msg = "a lease owner and an overlap are always converted when read"
         raise TypeError(msg)
     loads = json.loads
-    # Filled slot by slot: the frozen dataclass's own __init__ costs a quarter more, and
-    # listing a thousand operations spends most of its time building records.
-    fields = [field.name for field in dataclasses.fields(OperationRecord)]
-    setters = tuple(getattr(OperationRecord, name).__set__ for name in fields)
-    blank = object.__new__
     statuses = {member.value: member for member in EffectStatus}
 
     def read(row: Sequence[Any], now: Any) -> OperationRecord:
@@ -63,9 +74,7 @@ def record_reader(
             first_dispatched, event_count, event_head,
         ) = row  # fmt: skip
         created_at = load_time(created)
-        record = blank(OperationRecord)
-        for store, value in zip(
-            setters,
+        return filled(
             (
                 operation_id,
                 contract,
@@ -90,10 +99,7 @@ def record_reader(
                 created_at if first_dispatched == created else load_time(first_dispatched),
                 event_count,
                 bytes(event_head),
-            ),
-            strict=True,
-        ):
-            store(record, value)
-        return record
+            )
+        )
 
     return read

@@ -19,6 +19,7 @@ Driver-free: every value is already what the driver returns or accepts.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,7 +27,7 @@ from typing import Any, NamedTuple
 
 from effectguard.ledger import chain, committed
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, NewOperation
-from effectguard.ledger.reader import READER_ORDER, record_reader
+from effectguard.ledger.reader import READER_ORDER, filled, record_reader
 from effectguard.ledger.values import Kind, as_utc, dumper, loader, same_micros, status
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord
 
@@ -220,9 +221,8 @@ class Rows:
         values: Sequence[Any], token: str | None, expires: Any, now: Any
     ) -> OperationRecord:
         """Return the record of decoded ``values``, the lease judged live at ``now``."""
-        fields = list(values)
-        fields.insert(_LIVE_AT, token is not None and expires is not None and expires > now)
-        return OperationRecord(*fields)
+        live = token is not None and expires is not None and expires > now
+        return filled(itertools.chain(values[:_LIVE_AT], (live,), values[_LIVE_AT:]))
 
     def event(self, row: Sequence[Any]) -> EffectEvent:
         """Return the event in ``row``."""
@@ -298,33 +298,34 @@ class Rows:
         (:func:`~effectguard.ledger.committed.commitments`).
         """
         lease = operation.lease
-        fields: dict[str, Any] = {
-            "operation_id": operation.operation_id,
-            "contract": operation.contract,
-            "contract_version": operation.contract_version,
-            "fingerprint": operation.fingerprint,
-            "provider_key": operation.provider_key,
-            "status": EffectStatus.DISPATCHED,
-            "attempts": 1,
-            "attempt_budget": operation.attempt_budget,
-            "arguments": operation.arguments,
-            "output_json": None,
-            "provider_operation_id": None,
-            "reason": None,
-            "evidence": None,
-            "lease_token": lease.token,
-            "lease_owner": lease.owner,
-            "lease_expires_at": now_us + round(lease.seconds * 1_000_000),
-            "overlap": (),
-            "created_at": now_us,
-            "updated_at": now_us,
-            "first_dispatched_at": now_us,
-            "event_count": 0,
-            "event_head": b"",
-        }
+        # In OPERATION_COLUMNS order (checked at import against OperationRecord's fields).
+        fields = (
+            operation.operation_id,
+            operation.contract,
+            operation.contract_version,
+            operation.fingerprint,
+            operation.provider_key,
+            EffectStatus.DISPATCHED,
+            1,
+            operation.attempt_budget,
+            operation.arguments,
+            None,
+            None,
+            None,
+            None,
+            lease.token,
+            lease.owner,
+            now_us + round(lease.seconds * 1_000_000),
+            (),
+            now_us,
+            now_us,
+            now_us,
+            0,
+            b"",
+        )
         stored = {
-            c.name_in(self.backend): fields[c.field] if dump is None else dump(fields[c.field])
-            for c, dump in zip(OPERATION_COLUMNS, self._dump, strict=True)
+            name: value if dump is None else dump(value)
+            for name, dump, value in zip(self.operation_columns, self._dump, fields, strict=True)
         }
         events, count, head = self.appended(
             operation.operation_id, drafts, 0, None, now_us, committed.commitments(stored)

@@ -18,6 +18,7 @@ from effectguard.model import EffectStatus, LeaseOwner, OperationRecord, Overlap
 
 OWNER = LeaseOwner(host="h", boot_id="b", pid_namespace="n", pid=7, start_time="1")
 CREATED = 1_700_000_000_250_001
+LIVE_AT = [field.name for field in dataclasses.fields(OperationRecord)].index("lease_live")
 TOKEN = "token-1"  # noqa: S105 - a lease token, not a password
 
 
@@ -93,7 +94,11 @@ def test_the_reader_agrees_with_the_column_loaders(rows: Rows, case: str) -> Non
     for now in (record.created_at, expiry, record.created_at.replace(year=2100)):
         stored_now = rows.store_time(round(now.timestamp() * 1_000_000))
         expires = row[rows.operation_columns.index(rows.name("lease_expires_at"))]
-        expected = rows.assembled(rows.decoded(row), record.lease_token, expires, stored_now)
+        decoded = rows.decoded(row)
+        live = record.lease_token is not None and expires is not None and expires > stored_now
+        # Built by the dataclass's own __init__: the reference the slot filling must match.
+        expected = OperationRecord(*decoded[:LIVE_AT], live, *decoded[LIVE_AT:])
+        assert rows.assembled(decoded, record.lease_token, expires, stored_now) == expected
         read = rows.record(row, stored_now)
         assert dataclasses.astuple(read) == dataclasses.astuple(expected)
         assert read == expected
