@@ -74,8 +74,7 @@ _EVENT_COLUMNS = ", ".join(rows.event_columns)
 _TOKEN = rows.operation_columns.index(rows.name("lease_token"))
 _EXPIRES = rows.operation_columns.index(rows.name("lease_expires_at"))
 _PLACES = ",".join("?" * len(rows.operation_columns))
-# A claim inserts nothing under a pruned operation's id either: the common case, a new
-# operation, then costs one statement; a refused insert is told apart afterwards.
+# Nothing is inserted under a pruned id either: a new operation costs one statement.
 _INSERT_OPERATION = (
     f"INSERT INTO operations ({_COLUMNS}) SELECT {_PLACES}"
     " WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE operation_id = ?)"
