@@ -379,3 +379,42 @@ def test_postgres_and_sqlite_keep_identical_records(ledger, tmp_path, clock):
         assert ledger.events("op-5") == sqlite.events("op-5")
     finally:
         sqlite.close()
+
+
+def test_event_text_that_array_literals_would_quote_is_stored_exactly(ledger):
+    """Evidence and arguments with quotes, backslashes, braces, NULL and non-ASCII round-trip.
+
+    The events go to the server as arrays in binary form; their text must come back
+    byte for byte, and the chain over it verify.
+    """
+    tricky = {"note": 'grüße "q" \\ {a,b} NULL', "list": [1, None, "x,y"], "emoji": "😀"}
+    owner, token = current_owner(), f"t-{uuid.uuid4().hex}"
+    operation = NewOperation(
+        "op-ü", "c", 1, "f" * 64, None, {"a": 'x"{}'}, 3, Lease(token, owner, 30.0)
+    )
+    ledger.claim(
+        operation,
+        (
+            EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0, tricky),
+            EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
+        ),
+    )
+    ledger.transition(
+        "op-ü",
+        Expect(lease_token=token),
+        Changes(EffectStatus.CONFIRMED, lease=None, evidence=tricky, output_json='{"z":"NULL"}'),
+        (
+            EventDraft(
+                EventType.CONFIRMED, EffectStatus.DISPATCHED, EffectStatus.CONFIRMED, 1, tricky
+            ),
+        ),
+    )
+    events = ledger.events("op-ü")
+    assert [event.evidence for event in events] == [tricky, {}, tricky]
+    assert [event.from_status for event in events] == [
+        None,
+        EffectStatus.PREPARED,
+        EffectStatus.DISPATCHED,
+    ]
+    assert ledger.get("op-ü").arguments == {"a": 'x"{}'}
+    assert ledger.verify().problems == ()

@@ -221,9 +221,9 @@ class Statements:
             f"INSERT INTO {self.qualified}.events ({', '.join(_ROWS.event_columns)})"
             " SELECT op.operation_id, e.seq, e.type, e.from_status, e.to_status, e.attempt,"
             " %(at)s, e.evidence::json, e.hash, e.commits::json FROM op,"
-            " unnest(%(e_seq)s::integer[], %(e_type)s::text[], %(e_from)s::text[],"
-            " %(e_to)s::text[], %(e_attempt)s::integer[], %(e_evidence)s::text[],"
-            " %(e_hash)s::bytea[], %(e_commits)s::text[])"
+            " unnest(%(e_seq)b::integer[], %(e_type)b::text[], %(e_from)b::text[],"
+            " %(e_to)b::text[], %(e_attempt)b::integer[], %(e_evidence)b::text[],"
+            " %(e_hash)b::bytea[], %(e_commits)b::text[])"
             " AS e(seq, type, from_status, to_status, attempt, evidence, hash, commits)"
         )
 
