@@ -120,7 +120,7 @@ class BatchPruning(abc.ABC, Generic[C]):
     @abc.abstractmethod
     def _prune_now(self) -> float:
         """The ledger's time now, in epoch seconds: where a prune's cut-off is counted from."""
-        raise NotImplementedError
+        ...
 
     @abc.abstractmethod
     def _prune_page(self, conn: C, plan: PrunePass, after: After) -> list[OperationRecord]:
@@ -129,12 +129,12 @@ class BatchPruning(abc.ABC, Generic[C]):
         Ordered by (last update, operation id), each after ``after``; locked
         against other writers unless ``plan.dry_run``.
         """
-        raise NotImplementedError
+        ...
 
     @abc.abstractmethod
     def _prune_records(self, conn: C, records: Sequence[OperationRecord], plan: PrunePass) -> None:
         """Archive (when ``plan.archive``), tombstone and delete ``records`` and their events."""
-        raise NotImplementedError
+        ...
 
     @abc.abstractmethod
     def _prune_transaction(self, work: Callable[[C], T], *, write: bool) -> T | None:
@@ -142,4 +142,4 @@ class BatchPruning(abc.ABC, Generic[C]):
 
         May return None without running ``work`` when the ledger holds nothing yet.
         """
-        raise NotImplementedError
+        ...
