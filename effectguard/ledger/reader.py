@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from effectguard.ledger.values import Kind, loader, status
-from effectguard.model import EffectStatus, OperationRecord
+from effectguard.ledger.values import STATUSES, Kind, loader, status
+from effectguard.model import OperationRecord
 
 __all__ = ["READER_ORDER", "filled", "record_reader"]
 
@@ -64,7 +64,6 @@ def record_reader(
         msg = "a lease owner and an overlap are always converted when read"
         raise TypeError(msg)
     loads = json.loads
-    statuses = {member.value: member for member in EffectStatus}
 
     def read(row: Sequence[Any], now: Any) -> OperationRecord:
         (
@@ -81,7 +80,7 @@ def record_reader(
                 contract_version,
                 fingerprint,
                 provider_key,
-                statuses.get(stored_status) or status(stored_status),
+                STATUSES.get(stored_status) or status(stored_status),
                 attempts,
                 attempt_budget,
                 loads(arguments),

@@ -172,6 +172,11 @@ class Rows:
         self._read = record_reader(load_time)
         self._dump = tuple(dumper(c.kind, store_time) for c in OPERATION_COLUMNS)
         self._dump_by_name = dict(zip(self.operation_columns, self._dump, strict=True))
+        # Each column's name, the record field it stores and how: worked out once, not per claim.
+        self._storing = tuple(
+            (c.name_in(backend), c.field, dump)
+            for c, dump in zip(OPERATION_COLUMNS, self._dump, strict=True)
+        )
         self._load_by_name = dict(zip(self.operation_columns, self._load, strict=True))
         self._load_event = tuple(loader(c.kind, load_time) for c in EVENT_COLUMNS)
         self._dump_event = tuple(dumper(c.kind, store_time) for c in EVENT_COLUMNS)
@@ -298,34 +303,33 @@ class Rows:
         (:func:`~effectguard.ledger.committed.commitments`).
         """
         lease = operation.lease
-        # In OPERATION_COLUMNS order (checked at import against OperationRecord's fields).
-        fields = (
-            operation.operation_id,
-            operation.contract,
-            operation.contract_version,
-            operation.fingerprint,
-            operation.provider_key,
-            EffectStatus.DISPATCHED,
-            1,
-            operation.attempt_budget,
-            operation.arguments,
-            None,
-            None,
-            None,
-            None,
-            lease.token,
-            lease.owner,
-            now_us + round(lease.seconds * 1_000_000),
-            (),
-            now_us,
-            now_us,
-            now_us,
-            0,
-            b"",
-        )
+        fields: dict[str, Any] = {
+            "operation_id": operation.operation_id,
+            "contract": operation.contract,
+            "contract_version": operation.contract_version,
+            "fingerprint": operation.fingerprint,
+            "provider_key": operation.provider_key,
+            "status": EffectStatus.DISPATCHED,
+            "attempts": 1,
+            "attempt_budget": operation.attempt_budget,
+            "arguments": operation.arguments,
+            "output_json": None,
+            "provider_operation_id": None,
+            "reason": None,
+            "evidence": None,
+            "lease_token": lease.token,
+            "lease_owner": lease.owner,
+            "lease_expires_at": now_us + round(lease.seconds * 1_000_000),
+            "overlap": (),
+            "created_at": now_us,
+            "updated_at": now_us,
+            "first_dispatched_at": now_us,
+            "event_count": 0,
+            "event_head": b"",
+        }
         stored = {
-            name: value if dump is None else dump(value)
-            for name, dump, value in zip(self.operation_columns, self._dump, fields, strict=True)
+            name: fields[field] if dump is None else dump(fields[field])
+            for name, field, dump in self._storing
         }
         events, count, head = self.appended(
             operation.operation_id, drafts, 0, None, now_us, committed.commitments(stored)

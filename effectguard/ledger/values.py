@@ -23,7 +23,7 @@ from effectguard.fingerprint import canonical_json
 from effectguard.ledger import chain
 from effectguard.model import EffectStatus, EventType, LeaseOwner, OverlapHolder
 
-__all__ = ["Convert", "Kind", "as_utc", "dumper", "loader", "same_micros", "status"]
+__all__ = ["STATUSES", "Convert", "Kind", "as_utc", "dumper", "loader", "same_micros", "status"]
 
 
 class Kind(enum.Enum):
@@ -43,14 +43,15 @@ class Kind(enum.Enum):
 
 # Rows are read and written on every call: these skip Enum.__call__ and the
 # reparsing of the one lease owner a process writes again and again.
-_STATUSES = {status.value: status for status in EffectStatus}
+#: Each EffectStatus by its stored value.
+STATUSES = {status.value: status for status in EffectStatus}
 _EVENT_TYPES = {kind.value: kind for kind in EventType}
 
 
 def status(text: str) -> EffectStatus:
     """The :class:`EffectStatus` stored as ``text``."""
     # An unknown name still raises EffectStatus's own ValueError.
-    return _STATUSES.get(text) or EffectStatus(text)
+    return STATUSES.get(text) or EffectStatus(text)
 
 
 def _event_type(text: str) -> EventType:
