@@ -381,13 +381,18 @@ def test_postgres_and_sqlite_keep_identical_records(ledger, tmp_path, clock):
         sqlite.close()
 
 
-def test_event_text_that_array_literals_would_quote_is_stored_exactly(ledger):
+def test_event_text_with_quotes_escapes_and_non_ascii_is_stored_exactly(ledger):
     """Evidence and arguments with quotes, backslashes, braces, NULL and non-ASCII round-trip.
 
-    The events go to the server as arrays in binary form; their text must come back
-    byte for byte, and the chain over it verify.
+    The events go to the server inside one JSON parameter, their texts as JSON
+    strings; their text must come back byte for byte, and the chain over it verify.
     """
-    tricky = {"note": 'grüße "q" \\ {a,b} NULL', "list": [1, None, "x,y"], "emoji": "😀"}
+    tricky = {
+        "note": 'grüße "q" \\ {a,b} NULL',
+        "list": [1, None, "x,y"],
+        "emoji": "😀",
+        "escapes": "nul\x00 tab\t line\u2028 \\u0041",
+    }
     owner, token = current_owner(), f"t-{uuid.uuid4().hex}"
     operation = NewOperation(
         "op-ü", "c", 1, "f" * 64, None, {"a": 'x"{}'}, 3, Lease(token, owner, 30.0)

@@ -217,14 +217,12 @@ class Statements:
     @property
     def _insert_events(self) -> str:
         # Runs only for the rows the operation's statement returned: none when fenced out.
+        # The keys are effectguard.ledger.postgres.rows' (texts as JSON strings, hash as hex).
         return (
             f"INSERT INTO {self.qualified}.events ({', '.join(_ROWS.event_columns)})"
-            " SELECT op.operation_id, e.seq, e.type, e.from_status, e.to_status, e.attempt,"
-            " %(at)s, e.evidence::json, e.hash, e.commits::json FROM op,"
-            " unnest(%(e_seq)b::integer[], %(e_type)b::text[], %(e_from)b::text[],"
-            " %(e_to)b::text[], %(e_attempt)b::integer[], %(e_evidence)b::text[],"
-            " %(e_hash)b::bytea[], %(e_commits)b::text[])"
-            " AS e(seq, type, from_status, to_status, attempt, evidence, hash, commits)"
+            " SELECT op.operation_id, e.s, e.t, e.f, e.o, e.a, %(at)s, e.v::json,"
+            " decode(e.h, 'hex'), e.c::json FROM op, json_to_recordset(%(events)s::json)"
+            " AS e(s integer, t text, f text, o text, a integer, v text, h text, c text)"
         )
 
     @property
