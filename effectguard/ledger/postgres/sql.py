@@ -11,7 +11,7 @@ import functools
 import hashlib
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from effectguard.errors import ConfigurationError
@@ -133,21 +133,23 @@ def advisory_lock_key(schema: str) -> int:
 @functools.cache  # built into every statement of every call; the same text each time
 def select_list(alias: str) -> str:
     """Every operation column of table ``alias``, in row order, JSON columns as text."""
-    return _select_list(alias)
-
-
-def _select_list(alias: str) -> str:
     return ", ".join(
         f"{alias}.{name}::text" if name in _JSON_COLUMNS else f"{alias}.{name}"
         for name in OPERATION_COLUMNS
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Statements:
-    """Every statement the ledger runs, for one schema."""
+    """Every statement the ledger runs, for one schema.
+
+    The text of each statement a call runs is worked out once, not per call.
+    """
 
     schema: str
+    _transitions: dict[tuple[tuple[str, ...], tuple[str, ...]], str] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @property
     def qualified(self) -> str:
@@ -188,11 +190,11 @@ class Statements:
         """Record one applied migration."""
         return f"INSERT INTO {self.qualified}.effectguard_migrations (version) VALUES (%s)"
 
-    @property
+    @functools.cached_property
     def select_one(self) -> str:
         """The server's time and the operation (all NULL when there is none): one row always."""
         return (
-            f"SELECT statement_timestamp(), {_select_list('o')} FROM (SELECT 1) AS one"
+            f"SELECT statement_timestamp(), {select_list('o')} FROM (SELECT 1) AS one"
             f" LEFT JOIN {self.qualified}.operations AS o ON o.operation_id = %s"
         )
 
@@ -201,7 +203,7 @@ class Statements:
         clauses = list(where)
         condition = f" WHERE {' AND '.join(clauses)}" if clauses else ""
         return (
-            f"SELECT {_select_list('o')}, statement_timestamp()"
+            f"SELECT {select_list('o')}, statement_timestamp()"
             f" FROM {self.qualified}.operations AS o{condition}"
             " ORDER BY o.updated_at DESC LIMIT %(limit)s"
         )
@@ -214,7 +216,7 @@ class Statements:
             " WHERE operation_id = %s ORDER BY seq"
         )
 
-    @property
+    @functools.cached_property
     def _insert_events(self) -> str:
         # Runs only for the rows the operation's statement returned: none when fenced out.
         # The keys are effectguard.ledger.postgres.rows' (texts as JSON strings, hash as hex).
@@ -225,7 +227,7 @@ class Statements:
             " AS e(s integer, t text, f text, o text, a integer, v text, h text, c text)"
         )
 
-    @property
+    @functools.cached_property
     def claim(self) -> str:
         """Insert the operation and its events unless its id is taken; else read the row taken.
 
@@ -252,7 +254,7 @@ class Statements:
             f"WITH op AS (INSERT INTO {s}.operations AS o ({names}) SELECT {values}"
             " WHERE %(skew)s::interval IS NULL OR statement_timestamp()"
             " BETWEEN %(at)s - %(skew)s::interval AND %(at)s + %(skew)s::interval"
-            f" ON CONFLICT (operation_id) DO NOTHING RETURNING {_select_list('o')}),"
+            f" ON CONFLICT (operation_id) DO NOTHING RETURNING {select_list('o')}),"
             f" ev AS ({self._insert_events}),"
             # Only a claim that inserted its row advances the anchor. The head row stays
             # locked until commit, so the next claim on it re-reads it (READ COMMITTED).
@@ -263,20 +265,28 @@ class Statements:
             f" anchor AS (INSERT INTO {s}.claims (shard, seq, operation_id, running)"
             " SELECT head.shard, head.count, %(operation_id)s, head.running FROM head)"
             " SELECT statement_timestamp(), true, op.* FROM op UNION ALL"
-            f" SELECT statement_timestamp(), false, {_select_list('o')} FROM (SELECT 1) AS one"
+            f" SELECT statement_timestamp(), false, {select_list('o')} FROM (SELECT 1) AS one"
             f" LEFT JOIN {s}.operations AS o ON o.operation_id = %(operation_id)s"
             " WHERE NOT EXISTS (SELECT 1 FROM op)"
         )
 
     def transition(self, columns: Iterable[str], conditions: Iterable[str]) -> str:
         """Set ``columns`` and append events where the row still meets ``conditions``."""
+        # A ledger's transitions come in a few shapes (which columns, which fences).
+        shape = (tuple(columns), tuple(conditions))
+        text = self._transitions.get(shape)
+        if text is None:
+            text = self._transitions[shape] = self._transition(*shape)
+        return text
+
+    def _transition(self, columns: tuple[str, ...], conditions: tuple[str, ...]) -> str:
         assignments = ", ".join(f"{name} = %({name})s{SETTABLE[name]}" for name in columns)
         where = "".join(f" AND {condition}" for condition in conditions)
         return (
             f"WITH op AS (UPDATE {self.qualified}.operations AS o SET {assignments},"
             " updated_at = %(at)s, event_count = %(new_count)s, event_head = %(new_head)s"
             f" WHERE o.operation_id = %(operation_id)s AND o.event_count = %(read_count)s{where}"
-            f" RETURNING {_select_list('o')}), ev AS ({self._insert_events}) SELECT * FROM op"
+            f" RETURNING {select_list('o')}), ev AS ({self._insert_events}) SELECT * FROM op"
         )
 
     def renew(self, *, server_clock: bool) -> str:
