@@ -22,6 +22,7 @@ from effectguard.contract import EffectContract
 from effectguard.errors import ConfigurationError, LedgerIntegrityError
 from effectguard.fingerprint import canonical_json, check_json_value
 from effectguard.ledger import committed
+from effectguard.ledger.protocol import read_commitments
 from effectguard.model import EffectStatus, OperationRecord
 
 if TYPE_CHECKING:
@@ -217,8 +218,8 @@ def check_replayable(ledger: EffectLedger, record: OperationRecord) -> None:
     if key in seen:
         return
     promised: dict[str, object] = {}
-    for event in ledger.events(record.operation_id):
-        promised.update({name: event.commits[name] for name in stored if name in event.commits})
+    for commits in read_commitments(ledger, record.operation_id):
+        promised.update({name: commits[name] for name in stored if name in commits})
     edited = sorted(name for name, value in promised.items() if stored[name] != value)
     if edited:
         msg = (

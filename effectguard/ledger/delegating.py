@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from effectguard.ledger.protocol import claims_first
+from effectguard.ledger.protocol import claims_first, read_commitments
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from effectguard.ledger.anchor import AnchorHead
     from effectguard.ledger.protocol import (
@@ -89,6 +89,10 @@ class DelegatingLedger:
     def events(self, operation_id: str) -> list[EffectEvent]:
         """See :meth:`EffectLedger.events`."""
         return self.inner.events(operation_id)
+
+    def commitments(self, operation_id: str) -> list[Mapping[str, Any]]:
+        """See :func:`~effectguard.ledger.protocol.read_commitments`."""
+        return read_commitments(self.inner, operation_id)
 
     def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`."""

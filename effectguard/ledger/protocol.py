@@ -49,6 +49,7 @@ __all__ = [
     "check_limit",
     "claims_first",
     "describe_mismatch",
+    "read_commitments",
     "watch_prunes",
 ]
 
@@ -336,6 +337,20 @@ def claims_first(ledger: object) -> bool:
     and an existing one is read by the claim. Every other ledger is read first.
     """
     return getattr(ledger, "claims_first", False) is True
+
+
+def read_commitments(ledger: EffectLedger, operation_id: str) -> list[Mapping[str, Any]]:
+    """The commitments of ``operation_id``'s events, oldest first, leaving out empty ones.
+
+    The same mappings as the events' ``commits``. A ledger that can read them
+    without decoding whole events offers ``commitments(operation_id)`` (both
+    built-in ledgers do); any other ledger's events are read whole.
+    """
+    own = getattr(ledger, "commitments", None)
+    if callable(own):
+        found: list[Mapping[str, Any]] = own(operation_id)
+        return found
+    return [event.commits for event in ledger.events(operation_id) if event.commits]
 
 
 def check_limit(limit: object) -> None:

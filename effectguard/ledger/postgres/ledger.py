@@ -60,9 +60,10 @@ translated at); the SQL text and the row mapping are driver-free modules.
 from __future__ import annotations
 
 import functools
+import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, Self, TypeVar
 
@@ -564,6 +565,15 @@ class PostgresEffectLedger(OperatorResolution, pruning.PostgresPruning):
             return conn.execute(self._sql.events, (operation_id,)).fetchall()
 
         return [POSTGRES.event(row) for row in self._db.read(work)]
+
+    def commitments(self, operation_id: str) -> list[Mapping[str, Any]]:
+        """See :func:`~effectguard.ledger.protocol.read_commitments`: no event decoded whole."""
+        check_operation_id(operation_id)
+
+        def work(conn: Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(self._sql.commitments, (operation_id,)).fetchall()
+
+        return [json.loads(text) for (text,) in self._db.read(work)]
 
     def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`; streams, so memory holds one chain at a time."""

@@ -216,6 +216,14 @@ class Statements:
             " WHERE operation_id = %s ORDER BY seq"
         )
 
+    @property
+    def commitments(self) -> str:
+        """One operation's event commitments in order, as text, leaving out events with none."""
+        return (
+            f"SELECT commits::text FROM {self.qualified}.events"
+            " WHERE operation_id = %s AND commits IS NOT NULL ORDER BY seq"
+        )
+
     @functools.cached_property
     def _insert_events(self) -> str:
         # Runs only for the rows the operation's statement returned: none when fenced out.

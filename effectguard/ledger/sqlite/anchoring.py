@@ -13,10 +13,19 @@ from collections.abc import Sequence
 
 from effectguard.ledger import anchor as anchors
 
-__all__ = ["LAST_CLAIM", "UNANCHORED", "anchor", "anchor_unanchored"]
+__all__ = ["LAST_CLAIM", "UNANCHORED", "VERIFY_CLAIMS", "anchor", "anchor_unanchored"]
 
 LAST_CLAIM = "SELECT seq, running FROM claims ORDER BY seq DESC LIMIT 1"
 _INSERT_CLAIM = "INSERT INTO claims (seq, operation_id, running) VALUES (?, ?, ?)"
+#: Every claim in order, whether its operation exists, and its first event's hash.
+# A pruned operation's tombstone stands for its row and keeps its first event's hash.
+VERIFY_CLAIMS = (
+    "SELECT c.seq, c.operation_id, c.running,"
+    " o.operation_id IS NOT NULL OR t.operation_id IS NOT NULL, coalesce(e.hash, t.first_hash)"
+    " FROM claims AS c LEFT JOIN operations AS o ON o.operation_id = c.operation_id"
+    " LEFT JOIN events AS e ON e.operation_id = c.operation_id AND e.seq = 1"
+    " LEFT JOIN tombstones AS t ON t.operation_id = c.operation_id ORDER BY c.seq"
+)
 # No index on claims.operation_id (it would cost every claim): a set difference instead.
 UNANCHORED = (
     "SELECT u.operation_id, e.hash FROM (SELECT operation_id FROM operations"

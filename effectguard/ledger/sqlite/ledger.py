@@ -10,12 +10,13 @@ WAL does not work across hosts or on network file systems: use PostgreSQL there.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,9 +42,7 @@ from effectguard.ledger.protocol import (
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.ledger.schema import SQLITE
 from effectguard.ledger.sqlite import anchoring, pruning
-from effectguard.ledger.sqlite.files import (
-    FileIdentity,
-)
+from effectguard.ledger.sqlite.files import FileIdentity
 from effectguard.ledger.sqlite.group import GroupCommit
 from effectguard.ledger.sqlite.handle import Connection, LedgerFile
 from effectguard.ledger.sqlite.migrations import (
@@ -52,12 +51,7 @@ from effectguard.ledger.sqlite.migrations import (
     SCHEMA_VERSION,
 )
 from effectguard.ledger.sqlite.recent import Recent, lean_transition
-from effectguard.model import (
-    EffectEvent,
-    EffectStatus,
-    OperationRecord,
-    VerifyReport,
-)
+from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
 __all__ = ["MAX_BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteEffectLedger"]
 
@@ -71,6 +65,9 @@ _BULK_CACHE_KIB = -262_144
 
 _COLUMNS = ", ".join(rows.operation_columns)
 _EVENT_COLUMNS = ", ".join(rows.event_columns)
+_COMMITMENTS = (
+    "SELECT commits FROM events WHERE operation_id = ? AND commits IS NOT NULL ORDER BY seq"
+)
 _TOKEN = rows.operation_columns.index(rows.name("lease_token"))
 _EXPIRES = rows.operation_columns.index(rows.name("lease_expires_at"))
 _PLACES = ",".join("?" * len(rows.operation_columns))
@@ -86,14 +83,6 @@ _INSERT_EVENT = (
 # A bulk load must fail on an id that is taken, not skip it.
 _INSERT_LOADED = f"INSERT INTO operations ({_COLUMNS}) VALUES ({_PLACES})"
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?"
-# A pruned operation's tombstone stands for its row and keeps its first event's hash.
-_VERIFY_CLAIMS = (
-    "SELECT c.seq, c.operation_id, c.running,"
-    " o.operation_id IS NOT NULL OR t.operation_id IS NOT NULL, coalesce(e.hash, t.first_hash)"
-    " FROM claims AS c LEFT JOIN operations AS o ON o.operation_id = c.operation_id"
-    " LEFT JOIN events AS e ON e.operation_id = c.operation_id AND e.seq = 1"
-    " LEFT JOIN tombstones AS t ON t.operation_id = c.operation_id ORDER BY c.seq"
-)
 _VERIFY_HEADS = (
     f"SELECT operation_id, event_count, event_head, status, {', '.join(chain.HEAD_COLUMNS)}"
     " FROM operations ORDER BY operation_id"
@@ -333,6 +322,16 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
 
         return self._read(work, [])
 
+    def commitments(self, operation_id: str) -> list[Mapping[str, Any]]:
+        """See :func:`~effectguard.ledger.protocol.read_commitments`: no event decoded whole."""
+        check_operation_id(operation_id)
+
+        def work(conn: Connection) -> list[Mapping[str, Any]]:
+            found = conn.execute(_COMMITMENTS, (operation_id,)).fetchall()
+            return [json.loads(text) for (text,) in found]
+
+        return self._read(work, [])
+
     def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:
         """See :meth:`EffectLedger.verify`."""
 
@@ -354,7 +353,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
         events = conn.execute(f"SELECT {_EVENT_COLUMNS} FROM events ORDER BY operation_id, seq")
         report = chain.verify(heads, map(rows.read_event, events))
         unanchored = [row[0] for row in conn.execute(anchoring.UNANCHORED)]
-        problems, head = anchors.check(conn.execute(_VERIFY_CLAIMS), unanchored, anchor)
+        problems, head = anchors.check(conn.execute(anchoring.VERIFY_CLAIMS), unanchored, anchor)
         return anchors.merged(report, [*problems, *pruning.tombstone_problems(conn)], head)
 
     def anchor_head(self) -> AnchorHead:
