@@ -42,6 +42,7 @@ __all__ = [
     "arguments",
     "count_calls",
     "handler",
+    "primitives",
 ]
 
 #: Issue 15: a guarded call over the same durable writes done by hand, at most, per backend.
@@ -110,6 +111,41 @@ def _interleave(
     return tuple(tuple(values) for values in results)
 
 
+def primitives(ledger: EffectLedger, run: str) -> Callable[[int], None]:
+    """The ledger's two writes for call ``n`` of batch ``run``, called directly: no executor."""
+    owner = current_owner()
+    confirmed = (
+        EventDraft(EventType.CONFIRMED, EffectStatus.DISPATCHED, EffectStatus.CONFIRMED, 1),
+    )
+
+    def call(n: int) -> None:
+        given = arguments(run, n)
+        operation_id = f"primitives:{_operation_id(given)}"
+        token = secrets.token_hex(16)
+        operation = NewOperation(
+            operation_id,
+            "bench.primitives",
+            1,
+            "0" * 64,
+            None,
+            given,
+            3,
+            Lease(token, owner, 30.0),
+        )
+        ledger.claim(operation, CLAIMED_EVENTS)
+        output = handler(given, idempotency_key=None)
+        changes = Changes(
+            EffectStatus.CONFIRMED,
+            lease=None,
+            output_json=canonical_json(output),
+            provider_operation_id=None,
+            reason=None,
+        )
+        ledger.transition(operation_id, Expect(lease_token=token), changes, confirmed)
+
+    return call
+
+
 class CallBench:
     """The per-call measurements on one executor and one raw store."""
 
@@ -142,41 +178,6 @@ class CallBench:
 
         return call
 
-    def _primitives(self, run: str) -> Callable[[int], None]:
-        """The ledger's two writes for one call, called directly: no executor around them."""
-        ledger = self.executor.ledger
-        owner = current_owner()
-        confirmed = (
-            EventDraft(EventType.CONFIRMED, EffectStatus.DISPATCHED, EffectStatus.CONFIRMED, 1),
-        )
-
-        def call(n: int) -> None:
-            given = arguments(run, n)
-            operation_id = f"primitives:{_operation_id(given)}"
-            token = secrets.token_hex(16)
-            operation = NewOperation(
-                operation_id,
-                "bench.primitives",
-                1,
-                "0" * 64,
-                None,
-                given,
-                3,
-                Lease(token, owner, 30.0),
-            )
-            ledger.claim(operation, CLAIMED_EVENTS)
-            output = handler(given, idempotency_key=None)
-            changes = Changes(
-                EffectStatus.CONFIRMED,
-                lease=None,
-                output_json=canonical_json(output),
-                provider_operation_id=None,
-                reason=None,
-            )
-            ledger.transition(operation_id, Expect(lease_token=token), changes, confirmed)
-
-        return call
-
     def _by_hand(self, run: str) -> Callable[[int], None]:
         record = self.raw.record
 
@@ -201,7 +202,7 @@ class CallBench:
         """Open connections and fill caches before anything is timed."""
         per_call_us(_WARMUP, self._guarded("warm"))
         per_call_us(_WARMUP, self._by_hand("warm"))
-        per_call_us(_WARMUP, self._primitives("warm"))
+        per_call_us(_WARMUP, primitives(self.executor.ledger, "warm"))
         self.created += 2 * _WARMUP
 
     def guarded(self) -> tuple[Comparison, tuple[float, ...]]:
@@ -210,12 +211,12 @@ class CallBench:
         Also returns, per round, the ledger's own two writes called directly,
         which splits the difference into the ledger's storage and the executor.
         """
-        subject, baseline, primitives = _interleave(
+        subject, baseline, direct = _interleave(
             self.rounds,
             self.ops,
             lambda r: self._guarded(f"g{r}"),
             lambda r: self._by_hand(f"g{r}"),
-            lambda r: self._primitives(f"g{r}"),
+            lambda r: primitives(self.executor.ledger, f"g{r}"),
         )
         self.created += 2 * self.rounds * self.ops
         comparison = Comparison(
@@ -225,7 +226,7 @@ class CallBench:
             baseline_rounds=baseline,
             target=GUARDED_TARGETS[self.backend],
         )
-        return comparison, primitives
+        return comparison, direct
 
     def replay(self) -> Comparison:
         """Replaying a confirmed operation against reading its row by primary key.

@@ -161,27 +161,28 @@ class Connections:
         """Turn any driver error raised inside into a LedgerUnavailableError (or subclass)."""
         try:
             yield
-        except PoolTimeout as exc:
-            msg = f"{self.label} is unavailable: no connection within {self.timeout:g}s"
-            raise LedgerUnavailableError(msg) from exc
-        except PoolClosed as exc:
-            msg = f"{self.label} is closed"
-            raise LedgerUnavailableError(msg) from exc
-        except (
-            pg_errors.LockNotAvailable,
-            pg_errors.DeadlockDetected,
-            pg_errors.QueryCanceled,
-        ) as exc:
-            msg = f"{self.label} is locked by another writer: {_first_line(exc)}"
-            raise LedgerLockedError(msg) from exc
-        except pg_errors.UndefinedTable as exc:
-            msg = f"{self.label} has lost its tables: {_first_line(exc)}"
-            raise LedgerUnavailableError(msg) from exc
-        except psycopg.Error as exc:
-            if exc.sqlstate == TOMBSTONED:
-                raise Tombstoned(_first_line(exc)) from exc
-            msg = f"{self.label} failed: {_first_line(exc)}"
-            raise LedgerUnavailableError(msg) from exc
+        except (PoolTimeout, PoolClosed, psycopg.Error) as exc:
+            raise self._translated(exc) from exc
+
+    def _translated(self, exc: Exception) -> LedgerUnavailableError | Tombstoned:
+        """The ledger's error for driver error ``exc``."""
+        if isinstance(exc, PoolTimeout):
+            return LedgerUnavailableError(
+                f"{self.label} is unavailable: no connection within {self.timeout:g}s"
+            )
+        if isinstance(exc, PoolClosed):
+            return LedgerUnavailableError(f"{self.label} is closed")
+        if isinstance(
+            exc, (pg_errors.LockNotAvailable, pg_errors.DeadlockDetected, pg_errors.QueryCanceled)
+        ):
+            return LedgerLockedError(
+                f"{self.label} is locked by another writer: {_first_line(exc)}"
+            )
+        if isinstance(exc, pg_errors.UndefinedTable):
+            return LedgerUnavailableError(f"{self.label} has lost its tables: {_first_line(exc)}")
+        if isinstance(exc, psycopg.Error) and exc.sqlstate == TOMBSTONED:
+            return Tombstoned(_first_line(exc))
+        return LedgerUnavailableError(f"{self.label} failed: {_first_line(exc)}")
 
     @staticmethod
     def _configure(conn: Connection) -> None:
@@ -231,17 +232,25 @@ class Connections:
     def run(self, work: Callable[[Connection], T]) -> T:
         """Run ``work`` on a pooled connection; :class:`ConnectionLost` if that connection broke."""
         pool = self._pool_here()
-        used: list[Connection] = []
-        with self.translate(), _pool_call():
+        # Written out, not as context managers: every statement of every call comes through.
+        outer = getattr(_IN_POOL, "active", False)
+        _IN_POOL.active = True
+        conn: Connection | None = None
+        try:
+            conn = pool.getconn()
             try:
-                with pool.connection() as conn:
-                    used.append(conn)
-                    return work(conn)
-            except psycopg.OperationalError as exc:
-                if used and used[0].broken:
-                    msg = f"lost the connection to {self.label}: {_first_line(exc)}"
-                    raise ConnectionLost(msg) from exc
-                raise
+                return work(conn)
+            finally:
+                pool.putconn(conn)
+        except psycopg.OperationalError as exc:
+            if conn is not None and conn.broken:
+                msg = f"lost the connection to {self.label}: {_first_line(exc)}"
+                raise ConnectionLost(msg) from exc
+            raise self._translated(exc) from exc
+        except (PoolTimeout, PoolClosed, psycopg.Error) as exc:
+            raise self._translated(exc) from exc
+        finally:
+            _IN_POOL.active = outer
 
     def recover(self) -> None:
         """After a lost connection, replace every idle one that broke with it (a restart)."""
