@@ -27,20 +27,20 @@ import json
 import os
 import re
 import secrets
-import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 
 from effectguard import EffectExecutor
-from effectguard.bench._calls import CONTRACT, arguments, handler, primitives
+from effectguard.bench._calls import CONTRACT, arguments, handler, interleave_named, primitives
 from effectguard.bench._postgres_site import PostgresRaw
+from effectguard.bench._stats import floor_lines
 from effectguard.ledger.postgres import PostgresEffectLedger
 
-_CHUNK, _CHUNKS = 50, 16
+# Calls of each measure per round, run in interleaved chunks of 50.
+_CALLS = 800
 _INDEXES = ("operations_by_status", "operations_by_contract", "operations_by_update")
 _TRIGGER = "operations_not_tombstoned"
 # The claim's two anchor steps, from the head update up to the final SELECT.
@@ -160,7 +160,7 @@ def measure(url: str, rounds: int) -> dict[str, list[float]]:
             "the ledger's claim and transition, called": lambda: called(next(counter)),
             "a guarded call (EffectExecutor.execute)": guarded,
         }
-        return _interleaved(measures, rounds)
+        return interleave_named(measures, rounds, _CALLS)
     finally:
         for thing in reversed(opened):
             thing.close()
@@ -169,32 +169,14 @@ def measure(url: str, rounds: int) -> dict[str, list[float]]:
                 conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def _interleaved(measures: dict[str, Callable[[], None]], rounds: int) -> dict[str, list[float]]:
-    times: dict[str, list[float]] = {name: [] for name in measures}
-    names = list(measures)
-    for _ in range(rounds):
-        spent = dict.fromkeys(names, 0.0)
-        for chunk in range(_CHUNKS):
-            for name in names[chunk % len(names) :] + names[: chunk % len(names)]:
-                started = time.perf_counter()
-                for _ in range(_CHUNK):
-                    measures[name]()
-                spent[name] += time.perf_counter() - started
-        for name in names:
-            times[name].append(spent[name] * 1_000_000 / (_CHUNK * _CHUNKS))
-    return times
-
-
 def main() -> None:
     """Print each measure's median microseconds per call and its ratio to the floor."""
     if len(sys.argv) <= _URL or not sys.argv[_URL].startswith(("postgresql://", "postgres://")):
         sys.exit("usage: python docs/postgres_floor.py postgresql://URL [ROUNDS]")
     rounds = int(sys.argv[_ROUNDS]) if len(sys.argv) > _ROUNDS else 5
     times = measure(sys.argv[_URL], rounds)
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    floor = next(iter(medians.values()))
-    for name, median in medians.items():
-        sys.stdout.write(f"{name:42} {median:8.1f} us  {median / floor:5.2f}x the floor\n")
+    for line in floor_lines(times):
+        sys.stdout.write(f"{line}\n")
 
 
 if __name__ == "__main__":

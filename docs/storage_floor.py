@@ -22,20 +22,20 @@ import hashlib
 import itertools
 import json
 import sqlite3
-import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from effectguard import EffectExecutor
-from effectguard.bench._calls import CONTRACT, arguments, handler
+from effectguard.bench._calls import CONTRACT, arguments, handler, interleave_named
 from effectguard.bench._sqlite_site import SQLiteRaw
+from effectguard.bench._stats import floor_lines
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 
-_CHUNK, _CHUNKS = 50, 16
+# Calls of each measure per round, run in interleaved chunks of 50.
+_CALLS = 800
 _INDEXES = (
     "operations_by_status",
     "operations_by_contract",
@@ -141,28 +141,14 @@ def measure(rounds: int) -> dict[str, list[float]]:
         "  without the secondary indexes": Writer(bare),
         "  the operation row alone": Writer(bare, tombstone=False, anchor=False, events=False),
     }
-    times: dict[str, list[float]] = {name: [] for name in measures}
-    names = list(measures)
-    for _ in range(rounds):
-        spent = dict.fromkeys(names, 0.0)
-        for chunk in range(_CHUNKS):
-            for name in names[chunk % len(names) :] + names[: chunk % len(names)]:
-                started = time.perf_counter()
-                for _ in range(_CHUNK):
-                    measures[name]()
-                spent[name] += time.perf_counter() - started
-        for name in names:
-            times[name].append(spent[name] * 1_000_000 / (_CHUNK * _CHUNKS))
-    return times
+    return interleave_named(measures, rounds, _CALLS)
 
 
 def main() -> None:
     """Print each measure's median microseconds per call and its ratio to the floor."""
     times = measure(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    floor = next(iter(medians.values()))
-    for name, median in medians.items():
-        sys.stdout.write(f"{name:42} {median:8.1f} us  {median / floor:5.2f}x the floor\n")
+    for line in floor_lines(times):
+        sys.stdout.write(f"{line}\n")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,8 @@ __all__ = [
     "arguments",
     "count_calls",
     "handler",
+    "interleave",
+    "interleave_named",
     "primitives",
 ]
 
@@ -83,7 +85,7 @@ def _check(result: EffectResult[Any], *, replayed: bool) -> None:
         raise BenchError(msg)
 
 
-def _interleave(
+def interleave(
     rounds: int, ops: int, *makers: Callable[[int], Callable[[int], None]]
 ) -> tuple[tuple[float, ...], ...]:
     """Microseconds per call of each measure, per round, the measures interleaved in chunks.
@@ -109,6 +111,15 @@ def _interleave(
         for which, seconds in enumerate(spent):
             results[which].append(seconds * 1_000_000 / ops)
     return tuple(tuple(values) for values in results)
+
+
+def interleave_named(
+    measures: Mapping[str, Callable[[], None]], rounds: int, calls: int
+) -> dict[str, list[float]]:
+    """:func:`interleave` for measures that take no argument: their per-round results by name."""
+    makers = [lambda _round, call=call: lambda _n: call() for call in measures.values()]
+    timed = interleave(rounds, calls, *makers)
+    return {name: list(values) for name, values in zip(measures, timed, strict=True)}
 
 
 def primitives(ledger: EffectLedger, run: str) -> Callable[[int], None]:
@@ -211,7 +222,7 @@ class CallBench:
         Also returns, per round, the ledger's own two writes called directly,
         which splits the difference into the ledger's storage and the executor.
         """
-        subject, baseline, direct = _interleave(
+        subject, baseline, direct = interleave(
             self.rounds,
             self.ops,
             lambda r: self._guarded(f"g{r}"),
@@ -233,7 +244,7 @@ class CallBench:
 
         Replays the operations of :meth:`guarded`'s first round, which must have run.
         """
-        subject, baseline = _interleave(
+        subject, baseline = interleave(
             self.rounds,
             self.ops,
             lambda _: self._replay("g0"),
@@ -271,14 +282,14 @@ class CallBench:
             return call
 
         per_call_us(_WARMUP, decorated("dwarm"))
-        fresh_subject, fresh_baseline = _interleave(
+        fresh_subject, fresh_baseline = interleave(
             self.rounds,
             self.ops,
             lambda r: decorated(f"dec{r}"),
             lambda r: executed(f"dir{r}"),
         )
         self.created += _WARMUP + 2 * self.rounds * self.ops
-        replay_subject, replay_baseline = _interleave(
+        replay_subject, replay_baseline = interleave(
             self.rounds,
             self.ops,
             lambda _: decorated("dec0"),

@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Comparison", "per_call_us", "percentile", "rounded"]
+__all__ = ["Comparison", "floor_lines", "per_call_us", "percentile", "rounded"]
 
 
 def per_call_us(calls: int, run: Callable[[int], None]) -> float:
@@ -26,6 +26,16 @@ def percentile(ordered: Sequence[float], fraction: float) -> float:
         return 0.0
     rank = math.ceil(fraction * len(ordered))
     return ordered[min(len(ordered), max(rank, 1)) - 1]
+
+
+def floor_lines(times: Mapping[str, Sequence[float]]) -> list[str]:
+    """A line per measure: its median microseconds per call and its ratio to the first's."""
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    floor = next(iter(medians.values()))
+    return [
+        f"{name:42} {median:8.1f} us  {median / floor:5.2f}x the floor"
+        for name, median in medians.items()
+    ]
 
 
 def rounded(values: Iterable[float], digits: int = 1) -> list[float]:

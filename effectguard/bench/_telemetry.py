@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from effectguard.bench._calls import CONTRACT, _check, _interleave, arguments, handler
+from effectguard.bench._calls import CONTRACT, _check, arguments, handler, interleave
 from effectguard.bench._stats import Comparison
 from effectguard.executor import EffectExecutor
 from effectguard.ledger.protocol import EffectLedger
@@ -42,13 +42,13 @@ def measure(ledger: EffectLedger, ops: int, rounds: int) -> tuple[Comparison, Co
     with instrument(
         traced, tracer_provider=NoOpTracerProvider(), meter_provider=NoOpMeterProvider()
     ):
-        fresh_subject, fresh_baseline = _interleave(
+        fresh_subject, fresh_baseline = interleave(
             rounds,
             ops,
             lambda r: _calls(traced, f"t{r}", replayed=False),
             lambda r: _calls(plain, f"p{r}", replayed=False),
         )
-        replay_subject, replay_baseline = _interleave(
+        replay_subject, replay_baseline = interleave(
             rounds,
             ops,
             lambda _: _calls(traced, "t0", replayed=True),
