@@ -20,6 +20,8 @@ from effectguard.ledger.schema import POSTGRES
 __all__ = ["after", "chain_parameters", "created", "moment", "utc"]
 
 _MICROSECOND = timedelta(microseconds=1)
+# One encoder for every write: json.dumps with options builds a new one per call.
+_EVENTS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def utc(value: datetime) -> datetime:
@@ -60,7 +62,7 @@ def _events(event_rows: Sequence[Sequence[Any]]) -> str:
         }
         for _, seq, kind, from_, to, attempt, _, evidence, digest, commits in event_rows
     ]
-    return json.dumps(documents, ensure_ascii=False, separators=(",", ":"))
+    return _EVENTS_JSON.encode(documents)
 
 
 def chain_parameters(
