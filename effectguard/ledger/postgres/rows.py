@@ -22,6 +22,8 @@ __all__ = ["after", "chain_parameters", "created", "moment", "utc"]
 _MICROSECOND = timedelta(microseconds=1)
 # One encoder for every write: json.dumps with options builds a new one per call.
 _EVENTS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+# Where an event row holds its hash.
+_HASH = POSTGRES.event_columns.index("hash")
 
 
 def utc(value: datetime) -> datetime:
@@ -95,6 +97,6 @@ def created(operation: NewOperation, events: Sequence[EventDraft], at: datetime)
     parameters = dict(zip(POSTGRES.operation_columns, values, strict=True))
     parameters.update(events=_events(event_rows), at=at)
     # The anchor commits to the claim's first event (see effectguard.ledger.anchor).
-    claim_hash = bytes(event_rows[0][8]) if event_rows else b""
+    claim_hash = bytes(event_rows[0][_HASH]) if event_rows else b""
     parameters.update(anchor_item=anchor.item(operation.operation_id, claim_hash))
     return parameters
