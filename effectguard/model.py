@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
+
+from effectguard.fingerprint import read_json
 
 __all__ = [
     "EffectEvent",
@@ -261,7 +262,7 @@ class OperationRecord:
     @property
     def output(self) -> Any:
         """The stored output decoded from JSON (None when none is stored)."""
-        return None if self.output_json is None else json.loads(self.output_json)
+        return None if self.output_json is None else read_json(self.output_json)
 
     @property
     def overlap_risk(self) -> bool:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections import OrderedDict
+from json import JSONDecodeError
 from types import MappingProxyType
 
 import pytest
@@ -11,6 +13,7 @@ import pytest
 from effectguard.fingerprint import (
     REDACTED,
     canonical_json,
+    read_json,
     redact_arguments,
     request_fingerprint,
 )
@@ -20,6 +23,34 @@ def test_canonical_json_sorts_keys_and_drops_whitespace():
     """Equal values have one text form whatever their key order."""
     assert canonical_json({"b": [1, 2.5, None], "a": "é"}) == '{"a":"é","b":[1,2.5,null]}'
     assert canonical_json({"x": (1, 2)}) == canonical_json({"x": [1, 2]})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":"é","b":[1,2.5,null,true]}',
+        '"\\u00e9 \\ud83d\\ude00"',
+        "0",
+        "NaN",
+        ' {"a":1} ',
+        '{"a":1}\n',
+        b'{"a":1}',
+    ],
+)
+def test_read_json_returns_what_json_loads_returns(text):
+    """The ledger's reader gives the very value ``json.loads`` gives, whitespace or not."""
+    assert read_json(text) == json.loads(text) or math.isnan(read_json(text))
+    assert type(read_json(text)) is type(json.loads(text))
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"a":1}x', "\ufeff{}", '{"a":}', "[1,]"])
+def test_read_json_fails_as_json_loads_fails(text):
+    """Text that is not one JSON value raises json.loads's own error, message and all."""
+    with pytest.raises(JSONDecodeError) as expected:
+        json.loads(text)
+    with pytest.raises(JSONDecodeError) as found:
+        read_json(text)
+    assert str(found.value) == str(expected.value)
 
 
 @pytest.mark.parametrize(

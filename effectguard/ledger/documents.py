@@ -38,8 +38,9 @@ _MICROSECOND = timedelta(microseconds=1)
 
 def from_micros(micros: int) -> datetime:
     """Return the timezone-aware UTC datetime ``micros`` microseconds after the epoch."""
-    # Whole seconds and microseconds, positionally: a keyword timedelta costs a fifth more.
-    return _EPOCH + timedelta(0, *divmod(micros, 1_000_000))
+    # Positionally, as microseconds alone: timedelta carries them into seconds and days
+    # exactly (integer arithmetic), and a keyword or a divmod first costs a quarter more.
+    return _EPOCH + timedelta(0, 0, micros)
 
 
 def to_micros(moment: datetime) -> int:

@@ -8,11 +8,11 @@ that its column list is the one :data:`READER_ORDER` names.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from effectguard.fingerprint import read_json
 from effectguard.ledger.values import STATUSES, Kind, loader, status
 from effectguard.model import OperationRecord
 
@@ -63,7 +63,7 @@ def record_reader(
     if load_owner is None or load_overlap is None:
         msg = "a lease owner and an overlap are always converted when read"
         raise TypeError(msg)
-    loads = json.loads
+    loads = read_json
 
     def read(row: Sequence[Any], now: Any) -> OperationRecord:
         (

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import enum
 import functools
-import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from effectguard.fingerprint import canonical_json
+from effectguard.fingerprint import canonical_json, read_json
 from effectguard.ledger import chain
 from effectguard.model import EffectStatus, EventType, LeaseOwner, OverlapHolder
 
@@ -60,7 +59,7 @@ def _event_type(text: str) -> EventType:
 
 @functools.lru_cache(maxsize=256)
 def _owner(text: str) -> LeaseOwner:
-    return LeaseOwner.from_json(json.loads(text))
+    return LeaseOwner.from_json(read_json(text))
 
 
 @functools.lru_cache(maxsize=256)
@@ -89,11 +88,11 @@ def loader(kind: Kind, load_time: Callable[[Any], datetime]) -> Convert:
         Kind.JSON_TEXT: None,
         Kind.STATUS: lambda text: None if text is None else status(text),
         Kind.EVENT_TYPE: _event_type,
-        Kind.DOCUMENT: json.loads,
-        Kind.EVIDENCE: lambda text: (None if text is None else json.loads(text)) or {},
+        Kind.DOCUMENT: read_json,
+        Kind.EVIDENCE: lambda text: (None if text is None else read_json(text)) or {},
         Kind.OWNER: lambda text: None if text is None else _owner(text),
         Kind.OVERLAP: lambda text: tuple(
-            OverlapHolder.from_json(item) for item in (json.loads(text) if text else ())
+            OverlapHolder.from_json(item) for item in (read_json(text) if text else ())
         ),
         Kind.TIME: lambda value: None if value is None else load_time(value),
         Kind.BYTES: bytes,
