@@ -13,6 +13,7 @@ import pytest
 from effectguard.fingerprint import (
     REDACTED,
     canonical_json,
+    compact_encoder,
     read_json,
     redact_arguments,
     request_fingerprint,
@@ -23,6 +24,33 @@ def test_canonical_json_sorts_keys_and_drops_whitespace():
     """Equal values have one text form whatever their key order."""
     assert canonical_json({"b": [1, 2.5, None], "a": "é"}) == '{"a":"é","b":[1,2.5,null]}'
     assert canonical_json({"x": (1, 2)}) == canonical_json({"x": [1, 2]})
+
+
+_ENCODED = [
+    {"b": [1, -2.5, None, True, False], "a": {"é": '\u2028\x00"\\'}},
+    [1e300, 0.1, -0.0, 10**30, "", {}, []],
+    "plain",
+    7,
+]
+
+
+@pytest.mark.parametrize("sort_keys", [True, False])
+@pytest.mark.parametrize("value", _ENCODED)
+def test_compact_encoder_writes_what_the_json_encoder_writes(value, sort_keys):
+    """Built once, it writes json's own compact text, byte for byte."""
+    options = {"sort_keys": sort_keys, "allow_nan": False}
+    expected = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, **options)
+    assert compact_encoder(**options)(value) == expected.encode(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [({"a": math.nan}, ValueError), ({"a": object()}, TypeError)]
+)
+def test_compact_encoder_refuses_what_the_json_encoder_refuses(value, error):
+    """No NaN without allow_nan, no object without a JSON form: json's own errors."""
+    with pytest.raises(error):
+        compact_encoder(sort_keys=True, allow_nan=False)(value)
+    assert compact_encoder(sort_keys=True, allow_nan=True)({"a": math.inf}) == '{"a":Infinity}'
 
 
 @pytest.mark.parametrize(

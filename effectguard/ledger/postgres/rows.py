@@ -8,11 +8,11 @@ whose events go in as one JSON parameter, and converts times.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from effectguard.fingerprint import compact_encoder
 from effectguard.ledger import anchor, chain
 from effectguard.ledger.protocol import EventDraft, NewOperation
 from effectguard.ledger.schema import POSTGRES
@@ -21,7 +21,7 @@ __all__ = ["after", "chain_parameters", "created", "moment", "utc"]
 
 _MICROSECOND = timedelta(microseconds=1)
 # One encoder for every write: json.dumps with options builds a new one per call.
-_EVENTS_JSON = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_EVENTS_JSON = compact_encoder(sort_keys=False, allow_nan=True)
 # Where an event row holds its hash.
 _HASH = POSTGRES.event_columns.index("hash")
 
@@ -64,7 +64,7 @@ def _events(event_rows: Sequence[Sequence[Any]]) -> str:
         }
         for _, seq, kind, from_, to, attempt, _, evidence, digest, commits in event_rows
     ]
-    return _EVENTS_JSON.encode(documents)
+    return _EVENTS_JSON(documents)
 
 
 def chain_parameters(
