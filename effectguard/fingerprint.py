@@ -124,19 +124,26 @@ def _plainly_valid(value: Any, depth: int) -> bool:
 def _plain_container(value: Any, kind: type, depth: int) -> bool:
     """:func:`_plainly_valid` for an exact dict, list or tuple whose items are ``depth`` deep."""
     if kind is dict:
-        for key, item in value.items():
+        for key in value:
             if type(key) is not str or not key.isascii():
                 return False
-            if type(item) not in _PLAIN and not _plainly_valid(item, depth):
-                return False
-        return True
+        return _plain_items(value.values(), depth)
     if kind is list or kind is tuple:
-        # A loop, not all(<generator>): a generator would add a stack frame per level.
-        for item in value:
-            if type(item) not in _PLAIN and not _plainly_valid(item, depth):
-                return False
-        return True
+        return _plain_items(value, depth)
     return False
+
+
+def _plain_items(items: Iterable[Any], depth: int) -> bool:
+    """:func:`_plainly_valid` of every item; an ASCII str, the commonest, checked in place."""
+    # A loop, not all(<generator>): a generator would add a stack frame per level.
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():
+                return False
+        elif kind not in _PLAIN and not _plainly_valid(item, depth):
+            return False
+    return True
 
 
 def _check(value: Any, path: str, depth: int, limit: int) -> None:  # noqa: C901 - one branch per JSON type

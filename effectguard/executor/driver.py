@@ -318,7 +318,10 @@ def _peer_wait(
     if problem is not None:
         msg = f"EffectExecutor.execute(): {problem}; nothing was recorded or sent"
         raise InvalidRequestError(msg)
-    return next((w for w in (given, contract.wait_for_peer, executor_wait) if w is not None), 0.0)
+    for wait in (given, contract.wait_for_peer, executor_wait):
+        if wait is not None:
+            return wait
+    return 0.0
 
 
 def _check_options(**seconds: float | None) -> None:
