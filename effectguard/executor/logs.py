@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import logging
 
-from effectguard.executor.observe import Transition
+from effectguard.executor.observe import Observer, Transition
 from effectguard.model import EffectStatus
 
-__all__ = ["log_transition", "logger", "replays_logged"]
+__all__ = ["level", "listening", "log_transition", "logger"]
 
 logger = logging.getLogger("effectguard.executor")
 
@@ -23,27 +23,50 @@ _DOUBT = frozenset({EffectStatus.OUTCOME_UNKNOWN, EffectStatus.QUARANTINED})
 _SETTLED = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED})
 
 
-def replays_logged() -> bool:
-    """Whether :func:`log_transition` would write a line for a replayed result now."""
-    return logger.isEnabledFor(logging.INFO)
-
-
-def _level(transition: Transition) -> int:
-    if transition.final:
-        return logging.INFO if transition.replayed else logging.DEBUG
-    if transition.from_status is transition.to_status:
+def level(
+    from_status: EffectStatus | None, to_status: EffectStatus, *, final: bool, replayed: bool
+) -> int:
+    """The level :func:`log_transition` logs such a transition at (the module's docstring)."""
+    if final:
+        return logging.INFO if replayed else logging.DEBUG
+    if from_status is to_status:
         return logging.DEBUG  # evidence only (a late result): nothing became anything
-    if transition.to_status in _DOUBT:
+    if to_status in _DOUBT:
         return logging.WARNING
-    if transition.to_status in _SETTLED:
+    if to_status in _SETTLED:
         return logging.INFO
     return logging.DEBUG
 
 
+def listening(
+    observers: tuple[Observer, ...],
+    from_status: EffectStatus | None,
+    to_status: EffectStatus,
+    *,
+    final: bool = False,
+    replayed: bool = False,
+) -> tuple[Observer, ...]:
+    """``observers`` without a leading :func:`log_transition` that would log nothing for this.
+
+    A notice nobody reads is not built: most calls are observed by the log
+    alone, with DEBUG off.
+    """
+    if not observers or observers[0] is not log_transition:
+        return observers
+    if logger.isEnabledFor(level(from_status, to_status, final=final, replayed=replayed)):
+        return observers
+    return observers[1:]
+
+
 def log_transition(transition: Transition) -> None:
     """Log ``transition`` at the level its kind calls for (see the module's docstring)."""
-    level = _level(transition)
-    if not logger.isEnabledFor(level):
+    at = level(
+        transition.from_status,
+        transition.to_status,
+        final=transition.final,
+        replayed=transition.replayed,
+    )
+    if not logger.isEnabledFor(at):
         return
     extra = {
         "operation_id": transition.operation_id,
@@ -54,7 +77,7 @@ def log_transition(transition: Transition) -> None:
     if transition.final:
         kind = "replayed" if transition.replayed else "result"
         logger.log(
-            level,
+            at,
             "%s %s %s (attempt %d)%s",
             transition.operation_id,
             kind,
@@ -66,13 +89,13 @@ def log_transition(transition: Transition) -> None:
         return
     source = transition.from_status.value if transition.from_status else "new"
     logger.log(
-        level,
+        at,
         "%s %s: %s -> %s (attempt %d)%s",
         transition.operation_id,
         transition.event,
         source,
         transition.to_status.value,
         transition.attempt,
-        reason if level >= logging.INFO else "",
+        reason if at >= logging.INFO else "",
         extra=extra,
     )

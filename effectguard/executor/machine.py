@@ -32,6 +32,7 @@ from effectguard.executor.conflict import differences
 from effectguard.executor.handler import HandlerOutcome, Outcome
 from effectguard.executor.late import record_late
 from effectguard.executor.lease import KEEPER, TOKENS, abandoned
+from effectguard.executor.logs import listening
 from effectguard.executor.observe import Transition, notify, watched
 from effectguard.executor.outputs import decode, not_stored
 from effectguard.executor.peers import PeerWait
@@ -95,6 +96,9 @@ class StateMachine:
         """Tell the call's observers of ``events``, which ``record`` now holds durably."""
         contract = call.contract
         for event in events:
+            observers = listening(call.observers, event.from_status, event.to_status)
+            if not observers:
+                continue
             transition = Transition(
                 operation_id=call.operation_id,
                 contract=contract.name,
@@ -106,7 +110,7 @@ class StateMachine:
                 evidence=event.evidence,
                 reason=record.reason,
             )
-            notify(call.observers, transition)
+            notify(observers, transition)
 
     def guaranteed(self, contract: EffectContract, record: OperationRecord) -> bool:
         """Whether a resend is covered by the provider's key: declared, and within its retention."""
@@ -203,10 +207,9 @@ class StateMachine:
             try:
                 result = yield from self.drive(call)
             except OutputNotStored as exc:
-                told = exc.result
-                notify(call.observers, Transition.of_result(contract.name, contract.version, told))
+                _report(call, exc.result)
                 raise
-            notify(call.observers, Transition.of_result(contract.name, contract.version, result))
+            _report(call, result)
             return result
 
     def drive(self, call: Call) -> Machine:
@@ -350,6 +353,14 @@ class StateMachine:
     ) -> Generator[Step, Any, tuple[OperationRecord, bool] | EffectResult[Any]]:
         """Apply the reconcile table (see :func:`~effectguard.executor.reconciling.reconcile`)."""
         return reconciling.reconcile(self, call, record, token)
+
+
+def _report(call: Call, result: EffectResult[Any]) -> None:
+    """Tell the call's observers of its ``result``."""
+    observers = listening(call.observers, None, result.status, final=True, replayed=result.replayed)
+    if observers:
+        contract = call.contract
+        notify(observers, Transition.of_result(contract.name, contract.version, result))
 
 
 def _carrying(result: EffectResult[Any], error: BaseException | None) -> EffectResult[Any]:

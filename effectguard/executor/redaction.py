@@ -114,6 +114,9 @@ def scrub_write(
     The stored output is masked too: ``redact=`` means never stored, and every
     caller, the live one included, receives the stored output.
     """
+    whole = _whole(changes.reason) and _whole(changes.evidence)
+    if not secrets and whole and all(_whole(event.evidence) for event in events):
+        return changes, tuple(events)  # nothing to mask or mend: the common write
     updates: dict[str, Any] = {}
     if isinstance(changes.reason, str):
         updates["reason"] = mend(scrub(changes.reason, secrets))
@@ -127,6 +130,25 @@ def scrub_write(
         for event in events
     )
     return dataclasses.replace(changes, **updates), scrubbed
+
+
+def _whole(value: Any) -> bool:
+    """True when :func:`mend` would leave every string of ``value`` as it is (UNSET: nothing)."""
+    if isinstance(value, str):
+        return value.isascii() or _encodes(value)
+    if isinstance(value, Mapping):
+        return all(_whole(key) and _whole(item) for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return all(_whole(item) for item in value)
+    return True
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def mend(value: Any) -> Any:

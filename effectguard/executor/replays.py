@@ -33,7 +33,7 @@ from typing import Any
 
 from effectguard.contract import EffectContract
 from effectguard.errors import ConfigurationError
-from effectguard.executor.logs import log_transition, replays_logged
+from effectguard.executor.logs import listening
 from effectguard.executor.observe import Observer, Transition, notify
 from effectguard.executor.outputs import decode, not_stored
 from effectguard.ledger.protocol import watch_prunes
@@ -190,8 +190,7 @@ def cached_replay(
     _evidence(result, evidence)
     _reason(result, record.reason)
     _handler_error(result, None)
-    if observers and observers[0] is log_transition and not replays_logged():
-        observers = observers[1:]  # a notice nobody reads is not built
+    observers = listening(observers, None, result.status, final=True, replayed=True)
     if observers:
         notify(observers, Transition.of_result(contract.name, contract.version, result))
     return result

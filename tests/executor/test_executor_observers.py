@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import threading
 from typing import Any
 
@@ -340,3 +341,35 @@ def test_a_result_names_the_type_of_the_handlers_exception_not_its_message(ledge
     assert result.status is EffectStatus.QUARANTINED
     assert seen[-1].error_type == "ConnectionError"
     assert provider.committed() == 1
+
+
+@pytest.mark.parametrize(
+    ("level", "expected"),
+    [
+        (
+            logging.DEBUG,
+            [
+                "prepared: new -> PREPARED",
+                "dispatched: PREPARED -> DISPATCHED",
+                "confirmed: DISPATCHED -> CONFIRMED",
+                "result CONFIRMED",
+            ],
+        ),
+        (logging.INFO, ["confirmed: DISPATCHED -> CONFIRMED"]),
+        (logging.WARNING, []),
+    ],
+)
+def test_the_log_writes_each_transition_at_its_level_and_no_other(ledger, caplog, level, expected):
+    """Left out only when its level is off: the same lines with or without another observer."""
+    for invoice, observers in (("INV-1", []), ("INV-2", [lambda transition: None])):
+        provider = FakePaymentProvider()
+        caplog.clear()
+        executor = EffectExecutor(ledger, clock=ManualClock(), observers=observers)
+        with caplog.at_level(level, logger="effectguard"):
+            executor.execute(
+                capture_contract(provider), {**ARGS, "invoice_id": invoice}, provider.handler
+            )
+        lines = [r.getMessage() for r in caplog.records if r.name == "effectguard.executor"]
+        prefix = f"invoice:{invoice}:capture "
+        assert [line.removeprefix(prefix).split(" (attempt")[0] for line in lines] == expected
+        assert provider.committed() == 1
