@@ -28,6 +28,7 @@ __all__ = [
     "check_json_value",
     "check_operation_id",
     "compact_encoder",
+    "has_utf8",
     "operation_id_problem",
     "read_json",
     "redact_arguments",
@@ -73,7 +74,7 @@ def operation_id_problem(operation_id: object) -> str | None:
         return f"must contain a non-whitespace character, not {operation_id!r}"
     if "\x00" in operation_id:
         return f"must not contain a NUL character (\\x00): {operation_id!r}"
-    if not _utf8(operation_id):
+    if not has_utf8(operation_id):
         return f"must not contain a lone surrogate (it has no UTF-8 form): {operation_id!r}"
     return None
 
@@ -90,7 +91,7 @@ def check_operation_id(operation_id: object, what: str = "the operation id") -> 
     return operation_id  # type: ignore[return-value]  # a str: operation_id_problem checked it
 
 
-def _utf8(text: str) -> bool:
+def has_utf8(text: str) -> bool:
     """True when ``text`` has a UTF-8 form (it holds no lone surrogate)."""
     if text.isascii():
         return True
@@ -150,7 +151,7 @@ def _check(value: Any, path: str, depth: int, limit: int) -> None:  # noqa: C901
     if value is None or isinstance(value, (bool, int)):
         return
     if isinstance(value, str):
-        if not _utf8(value):
+        if not has_utf8(value):
             msg = f"{_short(path)} is a string with a lone surrogate, which has no UTF-8 form"
             raise TypeError(msg)
         return
@@ -170,7 +171,7 @@ def _check(value: Any, path: str, depth: int, limit: int) -> None:  # noqa: C901
             if not isinstance(key, str):
                 msg = f"{path} has a key {key!r} of type {type(key).__name__}; keys must be str"
                 raise TypeError(msg)
-            if not _utf8(key):
+            if not has_utf8(key):
                 msg = f"{_short(path)} has a key {key!r} with a lone surrogate (no UTF-8 form)"
                 raise TypeError(msg)
             _check(item, f"{path}.{key}", depth - 1, limit)

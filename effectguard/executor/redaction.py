@@ -33,7 +33,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from effectguard.fingerprint import REDACTED, canonical_json
+from effectguard.fingerprint import REDACTED, canonical_json, has_utf8
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft
 
 __all__ = ["MASK", "MIN_SUBSTRING", "mend", "scrub", "scrub_write", "secrets_of"]
@@ -135,19 +135,11 @@ def scrub_write(
 def _whole(value: Any) -> bool:
     """True when :func:`mend` would leave every string of ``value`` as it is (UNSET: nothing)."""
     if isinstance(value, str):
-        return value.isascii() or _encodes(value)
+        return has_utf8(value)
     if isinstance(value, Mapping):
         return all(_whole(key) and _whole(item) for key, item in value.items())
     if isinstance(value, (list, tuple)):
         return all(_whole(item) for item in value)
-    return True
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
     return True
 
 
@@ -160,13 +152,9 @@ def mend(value: Any) -> Any:
     mended: an output is the provider's data, stored exactly or not at all.
     """
     if isinstance(value, str):
-        if value.isascii():
+        if has_utf8(value):
             return value
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "backslashreplace").decode("utf-8")
-        return value
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
     if isinstance(value, Mapping):
         return {mend(key): mend(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
