@@ -15,14 +15,23 @@ from effectguard.bench._config import BenchError
 from effectguard.ledger.bulk import Loadable
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 
-__all__ = ["SQLiteRaw", "SQLiteSite"]
+__all__ = ["RAW_CLAIM", "RAW_OUTCOME", "SQLiteRaw", "SQLiteSite"]
 
 _BUSY_TIMEOUT_MS = 10_000
+#: The baseline's two statements, each its own commit: the claim, then the outcome.
+RAW_CLAIM = (
+    "INSERT INTO calls (operation_id, status, arguments, updated_us) VALUES (?, 'DISPATCHED', ?, ?)"
+)
+RAW_OUTCOME = (
+    "UPDATE calls SET status = 'CONFIRMED', output = ?, updated_us = ? WHERE operation_id = ?"
+)
 
 
-def _connect(path: Path) -> sqlite3.Connection:
+def _connect(
+    path: Path, factory: type[sqlite3.Connection] = sqlite3.Connection
+) -> sqlite3.Connection:
     """A connection with the ledger's durability: WAL, synchronous=FULL, autocommit statements."""
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=factory)
     conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = FULL")
@@ -30,10 +39,13 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 
 class SQLiteRaw:
-    """The hand-written baseline: a table keyed by operation id, one commit per statement."""
+    """The hand-written baseline: a table keyed by operation id, one commit per statement.
 
-    def __init__(self, path: Path) -> None:
-        self._conn = _connect(path)
+    ``factory`` is the class of its connection, :attr:`connection`.
+    """
+
+    def __init__(self, path: Path, factory: type[sqlite3.Connection] = sqlite3.Connection) -> None:
+        self._conn = self.connection = _connect(path, factory)
         self._conn.execute(
             "CREATE TABLE IF NOT EXISTS calls (operation_id TEXT PRIMARY KEY,"
             " status TEXT NOT NULL, arguments TEXT NOT NULL, output TEXT,"
@@ -46,16 +58,8 @@ class SQLiteRaw:
     def record(self, operation_id: str, arguments: str, output: str) -> None:
         """See :meth:`RawStore.record`."""
         execute = self._conn.execute
-        execute(
-            "INSERT INTO calls (operation_id, status, arguments, updated_us)"
-            " VALUES (?, 'DISPATCHED', ?, ?)",
-            (operation_id, arguments, time.time_ns() // 1000),
-        )
-        execute(
-            "UPDATE calls SET status = 'CONFIRMED', output = ?, updated_us = ?"
-            " WHERE operation_id = ?",
-            (output, time.time_ns() // 1000, operation_id),
-        )
+        execute(RAW_CLAIM, (operation_id, arguments, time.time_ns() // 1000))
+        execute(RAW_OUTCOME, (output, time.time_ns() // 1000, operation_id))
 
     def read(self, operation_id: str) -> Any:
         """See :meth:`RawStore.read`."""

@@ -1,4 +1,4 @@
-"""docs/storage_floor.py and docs/postgres_floor.py, the commands docs/benchmarks.md gives."""
+"""The floor scripts in docs/ (storage, PostgreSQL, threads), run as benchmarks.md runs them."""
 
 from __future__ import annotations
 
@@ -13,18 +13,23 @@ ROOT = Path(__file__).resolve().parents[2]
 LINE = re.compile(r"^(?P<name>.+?)\s+(?P<us>[0-9.]+) us\s+(?P<ratio>[0-9.]+)x the floor$")
 
 
-def _report(script: str, *arguments: str) -> list[re.Match[str]]:
-    """Run ``docs/<script>`` for one round; its lines, each checked to be a measure's line."""
-    done = subprocess.run(
+def _one_round(script: str, *arguments: str) -> str:
+    """What ``docs/<script>`` prints for one round (it must exit 0)."""
+    return subprocess.run(
         [sys.executable, str(ROOT / "docs" / script), *arguments, "1"],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
         check=True,
-    )
-    lines = [LINE.match(line) for line in done.stdout.splitlines()]
-    assert all(lines), done.stdout
+    ).stdout
+
+
+def _report(script: str, *arguments: str) -> list[re.Match[str]]:
+    """Run ``docs/<script>`` for one round; its lines, each checked to be a measure's line."""
+    printed = _one_round(script, *arguments)
+    lines = [LINE.match(line) for line in printed.splitlines()]
+    assert all(lines), printed
     found = [line for line in lines if line is not None]
     assert found[0]["name"].startswith("floor")
     assert found[0]["ratio"] == "1.00"
@@ -69,3 +74,23 @@ def test_the_postgres_floor_without_a_url_is_one_line_and_a_failure():
     assert done.stderr.strip().splitlines() == [
         "usage: python docs/postgres_floor.py postgresql://URL [ROUNDS]"
     ]
+
+
+THREAD_LINE = re.compile(
+    r"^(?P<name>.+?)\s+(?P<rate>[0-9]+) ops/s\s+(?P<speedup>[0-9.]+)x one thread"
+    r"\s+CPU (?P<cpu>[0-9.]+)$"
+)
+
+
+def test_the_thread_floor_reports_each_measure_beside_its_one_thread():
+    """SQLite, one round: six measures, each a rate; each kind's 1-thread line is its 1.00x."""
+    printed = _one_round("thread_floor.py")
+    lines = [THREAD_LINE.match(line) for line in printed.splitlines()]
+    assert all(lines), printed
+    found = {line["name"]: line for line in lines if line is not None}
+    assert len(found) == 6
+    for one in ("floor, 1 thread", "effectguard, 1 thread"):
+        assert found[one]["speedup"] == "1.00"
+    for line in found.values():
+        assert int(line["rate"]) > 0
+        assert 0 < float(line["cpu"]) <= 2.5  # two cores, and some start-up slack
