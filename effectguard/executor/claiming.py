@@ -10,27 +10,60 @@ record whose holder is gone or whose lease expired to this call's lease.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from effectguard.errors import FencedWriteError, InternalError
 from effectguard.executor.lease import abandoned, live_overlap
+from effectguard.executor.steps import LedgerStep
 from effectguard.fingerprint import redact_arguments
 from effectguard.ledger.protocol import UNSET, Changes, EventDraft, Expect, NewOperation
 from effectguard.model import EffectStatus, EventType, OperationRecord, OverlapHolder
 
 if TYPE_CHECKING:
     from effectguard.executor.machine import StateMachine
-    from effectguard.executor.steps import Call, LedgerStep, Step
+    from effectguard.executor.steps import Call, Step
+    from effectguard.ledger.asyncwrites import AsyncWrites
 
-__all__ = ["HELD", "claim", "take_over"]
+__all__ = ["HELD", "claim", "claim_async", "claim_step", "take_over"]
 
 #: Statuses whose lease holder may have left an attempt in flight.
 HELD = frozenset({EffectStatus.DISPATCHED, EffectStatus.RECONCILING})
 
 
+def claim_step(machine: StateMachine, call: Call, token: str) -> LedgerStep:
+    """The step that claims the operation: :func:`claim`, or :func:`claim_async` on a loop."""
+    writes = machine.writes
+    return LedgerStep(
+        functools.partial(machine.claim, call, token),
+        None if writes is None else functools.partial(claim_async, machine, call, token, writes),
+    )
+
+
 def claim(machine: StateMachine, call: Call, token: str) -> tuple[OperationRecord, bool]:
     """Insert the operation as DISPATCHED under ``token``, or return the record found."""
+    operation, events = _new(machine, call, token)
+    record, created = machine.ledger.claim(operation, events, now=machine.now())
+    if created:
+        machine.notify(call, events, record)
+    return record, created
+
+
+async def claim_async(
+    machine: StateMachine, call: Call, token: str, writes: AsyncWrites
+) -> tuple[OperationRecord, bool]:
+    """:func:`claim` on an event loop, through the ledger's async form of the write."""
+    operation, events = _new(machine, call, token)
+    record, created = await writes.claim_async(operation, events, now=machine.now())
+    if created:
+        machine.notify(call, events, record)
+    return record, created
+
+
+def _new(
+    machine: StateMachine, call: Call, token: str
+) -> tuple[NewOperation, tuple[EventDraft, EventDraft]]:
     operation = NewOperation(
         operation_id=call.operation_id,
         contract=call.contract.name,
@@ -46,10 +79,7 @@ def claim(machine: StateMachine, call: Call, token: str) -> tuple[OperationRecor
         EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
         EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
     )
-    record, created = machine.ledger.claim(operation, events, now=machine.now())
-    if created:
-        machine.notify(call, events, record)
-    return record, created
+    return operation, events
 
 
 def take_over(

@@ -209,9 +209,12 @@ class EffectExecutor:
     ) -> EffectResult[Any]:
         """Like :meth:`execute`, for async or sync handlers and probes.
 
-        Ledger I/O runs in worker threads, never on the event loop. An async
-        handler that passes its timeout is cancelled and awaited until it has
-        stopped, so it leaves no overlap risk; a sync one runs in a thread and does.
+        Ledger I/O never runs on the event loop: a SQLite ledger's claim and
+        transitions are committed by its writer thread with the other writes
+        queued meanwhile, and every other ledger call runs in a worker thread.
+        An async handler that passes its timeout is cancelled and awaited until
+        it has stopped, so it leaves no overlap risk; a sync one runs in a
+        thread and does.
         """
         call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
         if isinstance(call, EffectResult):

@@ -18,7 +18,6 @@ machine (so the rules stay in one machine, the drivers see one generator):
 from __future__ import annotations
 
 import dataclasses
-import functools
 import secrets
 import time
 from collections.abc import Callable, Generator, Sequence
@@ -39,6 +38,7 @@ from effectguard.executor.peers import PeerWait
 from effectguard.executor.redaction import scrub_write
 from effectguard.executor.replays import ReplayCache
 from effectguard.executor.steps import Call, HandlerStep, LedgerStep, Machine, PauseStep, Step
+from effectguard.ledger.asyncwrites import async_writes
 from effectguard.ledger.protocol import (
     Changes,
     EffectLedger,
@@ -66,6 +66,8 @@ class StateMachine:
         replays: ReplayCache | None = None,
     ) -> None:
         self.ledger = ledger
+        #: The async forms of the claim and the transition, when the ledger has its own.
+        self.writes = async_writes(ledger)
         self._clock = clock
         self.poll_interval = poll_interval
         self.replays = ReplayCache(0) if replays is None else replays
@@ -189,7 +191,18 @@ class StateMachine:
             self.notify(call, events, record)
             return record
 
-        return LedgerStep(run)
+        writes = self.writes
+        if writes is None:
+            return LedgerStep(run)
+
+        async def run_async() -> OperationRecord:
+            record = await writes.transition_async(
+                call.operation_id, expect, changes, events, now=self.now()
+            )
+            self.notify(call, events, record)
+            return record
+
+        return LedgerStep(run, run_async)
 
     def backoff(self, seconds: float) -> PauseStep:
         """A wait between attempts or probes (see :class:`PauseStep`)."""
@@ -263,9 +276,7 @@ class StateMachine:
         token = secrets.token_hex(16)
         TOKENS.hold(token)
         try:
-            claimed: tuple[OperationRecord, bool] = yield LedgerStep(
-                functools.partial(self.claim, call, token)
-            )
+            claimed: tuple[OperationRecord, bool] = yield claiming.claim_step(self, call, token)
             record, created = claimed
         except BaseException:
             TOKENS.release(token)

@@ -55,8 +55,10 @@ class StepPerformer:
         return None
 
     async def perform_async(self, call: Call, step: Step) -> Any:
-        """Perform ``step`` without blocking the event loop: ledger I/O runs in worker threads."""
+        """Perform ``step`` without blocking the event loop: ledger I/O runs in other threads."""
         if isinstance(step, LedgerStep):
+            if step.run_async is not None:
+                return await step.run_async()
             return await asyncio.to_thread(step.run)
         if isinstance(step, HandlerStep):
             return await self._call_handler_async(call, step)

@@ -9,7 +9,7 @@ are written once while each driver (sync or async, in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,9 +53,14 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class LedgerStep:
-    """Run ``run`` (a ledger call) and send back its result."""
+    """Run ``run`` (a ledger call) and send back its result.
+
+    ``run_async``, when set, is the same call for a driver on an event loop:
+    awaited there instead of running ``run`` in a worker thread.
+    """
 
     run: Callable[[], Any]
+    run_async: Callable[[], Awaitable[Any]] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,38 +23,43 @@ What does not change:
   :class:`~effectguard.errors.LedgerUnavailableError` (or a subclass) before
   it can run a handler; the next batch is led by another caller.
 
+Callers on an event loop (:meth:`GroupCommit.submit`) queue their writes the
+same way but never lead: the ledger's writer thread leads whenever the first
+write queued is theirs, and it wakes each loop once per batch. Their writes
+are committed with the threads' writes, under the same rules.
+
 Separate processes still meet in SQLite's lock, as before.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import logging
 import os
 import sqlite3
 import threading
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from effectguard.errors import LedgerUnavailableError
+from effectguard.ledger.sqlite.pending import (
+    Pending,
+    deliver,
+    rollback,
+    run_alone,
+    run_in_savepoint,
+    wake,
+    writer_died,
+)
 
-__all__ = ["GroupCommit", "writer_died"]
+__all__ = ["GroupCommit"]
 
 T = TypeVar("T")
-
-
-class _Pending(Generic[T]):
-    """One caller's write, waiting for the commit that holds it."""
-
-    __slots__ = ("done", "error", "lead", "operation_id", "result", "work")
-
-    def __init__(self, work: Callable[[Any], T], operation_id: str | None) -> None:
-        self.work = work
-        self.operation_id = operation_id
-        # Only a caller that waits for another writer needs one (most calls lead their own).
-        self.done: threading.Event | None = None
-        self.lead = False
-        self.result: T | None = None
-        self.error: BaseException | None = None
+_log = logging.getLogger("effectguard")
+#: The most writes one transaction holds. The writer's Python between two commits holds
+#: the interpreter lock: a short batch keeps the event loops it serves from waiting long.
+_BATCH = 32
+# How long the writer thread waits for a loop's write before it ends.
+_IDLE_SECONDS = 30.0
 
 
 class GroupCommit:
@@ -73,9 +78,14 @@ class GroupCommit:
         self._check = check
         self._translate = translate
         self._lock = threading.Lock()
-        self._queue: list[_Pending[Any]] = []
+        self._queue: list[Pending[Any]] = []
         self._leading = False
         self._pid = os.getpid()
+        # The writer thread, which leads the batches that start with a loop's write.
+        self._writer: threading.Thread | None = None
+        self._writer_turn = threading.Condition(self._lock)
+        self._writer_leads = False
+        self._closed = False
         #: Transactions committed, and the writes they held (read by tests and the bench).
         self.batches = 0
         self.writes = 0
@@ -89,7 +99,7 @@ class GroupCommit:
         leads a batch. Raises what ``work`` raised, or the ledger error of a
         batch that did not commit.
         """
-        pending: _Pending[T] = _Pending(work, operation_id)
+        pending: Pending[T] = Pending(work, operation_id)
         if self._pid != os.getpid():
             self._forked()
         with self._lock:
@@ -112,7 +122,114 @@ class GroupCommit:
             raise pending.error
         return pending.result  # type: ignore[return-value]  # set before done, error None
 
-    def _withdraw(self, pending: _Pending[Any]) -> None:
+    def submit(
+        self, connect: Callable[[], Any], work: Callable[[Any], T], operation_id: str | None
+    ) -> asyncio.Future[T]:
+        """Queue ``work(conn)`` from an event loop; the future is done once its batch committed.
+
+        The future holds what ``work`` returned, or raises what it raised, or
+        the ledger error of a batch that did not commit. Its batch is led by
+        a thread, never by the loop: the ledger's writer thread (``connect()``
+        is called there), or a thread that was already waiting to lead.
+        Cancelling the future does not withdraw the write (as when a process
+        dies after sending it): it is committed or not with its batch.
+        """
+        pending: Pending[T] = Pending(work, operation_id)
+        pending.future = asyncio.get_running_loop().create_future()
+        pending.connect = connect
+        if self._pid != os.getpid():
+            self._forked()
+        with self._lock:
+            self._queue.append(pending)
+            if not self._leading:
+                self._leading = True
+                self._hand_to_writer()
+        return pending.future
+
+    def _hand_to_writer(self) -> None:
+        """Under the lock: the writer thread leads the next batch (started if it is not running)."""
+        self._writer_leads = True
+        if self._writer is None or not self._writer.is_alive():
+            self._writer = threading.Thread(
+                target=self._write_for_loops, name="effectguard-ledger-writer", daemon=True
+            )
+            self._writer.start()
+        self._writer_turn.notify()
+
+    def close(self) -> None:
+        """Let the writer thread end once it has no batch to lead (the ledger is closing)."""
+        with self._lock:
+            self._closed = True
+            self._writer_turn.notify_all()
+
+    def _hand_over(self) -> None:
+        """Under the lock: the first write queued leads the next batch, or nobody leads."""
+        if not self._queue:
+            self._leading = False
+        elif self._queue[0].future is not None:
+            self._hand_to_writer()
+        else:
+            self._queue[0].lead = True
+            wake(self._queue[0])
+
+    def _write_for_loops(self) -> None:
+        """The writer thread: lead each batch handed to it, for as long as the process runs.
+
+        Should it end anyway (an error outside any batch), every loop's write
+        still queued fails with a ledger error, and the next one starts it again.
+        """
+        holding = False  # between taking its turn and handing the next one over
+        try:
+            while True:
+                with self._lock:
+                    if not self._await_turn():  # the next loop's write starts another
+                        self._writer = None
+                        return
+                    self._writer_leads, holding = False, True
+                    connect = next(
+                        (pending.connect for pending in self._queue if pending.connect), None
+                    )
+                    if connect is None:  # a thread's batch took every loop's write
+                        holding = False
+                        self._hand_over()
+                        continue
+                try:
+                    self._lead(connect, None)
+                except Exception:  # noqa: BLE001 - each caller of the batch has its error
+                    _log.debug("effectguard: a batch of the ledger's writer failed", exc_info=True)
+                finally:
+                    holding = False  # _lead handed the next turn over, whatever happened
+        except BaseException as exc:  # noqa: BLE001 - a thread of ours: its end is reported
+            self._writer_ended(exc, holding=holding)
+
+    def _await_turn(self) -> bool:
+        """Under the lock: wait for the writer's turn; False once idle too long, or closed."""
+        while not self._writer_leads:
+            if self._closed or not self._writer_turn.wait(_IDLE_SECONDS):
+                return self._writer_leads
+        return True
+
+    def _writer_ended(self, exc: BaseException, *, holding: bool) -> None:
+        """The writer thread is ending: fail the loops' queued writes, pass on its turn."""
+        with self._lock:
+            stranded = [pending for pending in self._queue if pending.future is not None]
+            self._queue = [pending for pending in self._queue if pending.future is None]
+            self._writer = None
+            if holding or self._writer_leads:
+                self._writer_leads = False
+                self._hand_over()
+        for pending in stranded:
+            pending.error = writer_died(exc)
+            pending.error.__cause__ = exc
+        deliver(stranded)
+        _log.warning(
+            "effectguard: the ledger's writer thread ended (%s: %s); the writes it had not "
+            "taken failed with a ledger error, and the next write starts it again",
+            type(exc).__name__,
+            exc,
+        )
+
+    def _withdraw(self, pending: Pending[Any]) -> None:
         """A waiting caller was interrupted: take its write back, or pass on the writer's role.
 
         A write a leader has already taken into its batch is committed or not
@@ -123,25 +240,24 @@ class GroupCommit:
                 return
             self._queue = [queued for queued in self._queue if queued is not pending]
             if pending.lead:
-                if self._queue:
-                    self._queue[0].lead = True
-                    _wake(self._queue[0])
-                else:
-                    self._leading = False
+                self._hand_over()
 
     def _forked(self) -> None:
         """In a child after ``fork()``: the parent's writer and its queue are not this process's."""
         self._lock = threading.Lock()
         self._queue = []
         self._leading = False
+        self._writer = None
+        self._writer_turn = threading.Condition(self._lock)
+        self._writer_leads = False
         self._pid = os.getpid()
 
-    def _lead(self, connect: Callable[[], Any], mine: _Pending[Any]) -> None:
+    def _lead(self, connect: Callable[[], Any], mine: Pending[Any] | None) -> None:
         """Commit everything queued, then hand the writer's role to the next caller waiting."""
-        batch: list[_Pending[Any]] = []
+        batch: list[Pending[Any]] = []
         try:
             with self._lock:
-                batch, self._queue = self._queue, []
+                batch, self._queue = self._queue[:_BATCH], self._queue[_BATCH:]
             conn = connect()
             with conn.in_use:
                 self._commit(conn, batch)
@@ -154,41 +270,36 @@ class GroupCommit:
             raise
         finally:
             with self._lock:
-                if self._queue:
-                    self._queue[0].lead = True
-                    _wake(self._queue[0])
-                else:
-                    self._leading = False
-            for pending in batch:
-                _wake(pending)
+                self._hand_over()
+            deliver(batch)
 
-    def _commit(self, conn: Any, batch: list[_Pending[Any]]) -> None:
+    def _commit(self, conn: Any, batch: list[Pending[Any]]) -> None:
         """One transaction: each write in a savepoint of its own when there are several."""
         try:
             conn.execute("BEGIN IMMEDIATE")
             if self._refused(batch):
-                _rollback(conn)
+                rollback(conn)
                 return
             if len(batch) == 1:
-                if not _run_alone(conn, batch[0]):
+                if not run_alone(conn, batch[0]):
                     return
             else:
                 for pending in batch:
-                    _run_in_savepoint(conn, pending, self._translate)
+                    run_in_savepoint(conn, pending, self._translate)
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            _rollback(conn)
+            rollback(conn)
             for pending in batch:
                 pending.error = self._translate(exc)
                 pending.error.__cause__ = exc
             return
         except BaseException:
-            _rollback(conn)
+            rollback(conn)
             raise
         self.batches += 1
         self.writes += sum(1 for pending in batch if pending.error is None)
 
-    def _refused(self, batch: list[_Pending[Any]]) -> bool:
+    def _refused(self, batch: list[Pending[Any]]) -> bool:
         """Run the check under the lock; when it refuses, give each caller its own refusal."""
         try:
             self._check(batch[0].operation_id)
@@ -202,54 +313,3 @@ class GroupCommit:
                     pending.error = writer_died(RuntimeError("the ledger file check failed"))
             return True
         return False
-
-
-def _wake(pending: _Pending[Any]) -> None:
-    if pending.done is not None:
-        pending.done.set()
-
-
-def _run_alone(conn: Any, pending: _Pending[Any]) -> bool:
-    """The only write of its transaction; False when it raised (rolled back, nothing to commit)."""
-    try:
-        pending.result = pending.work(conn)
-    except sqlite3.Error:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the caller's own error, raised in its thread
-        _rollback(conn)
-        pending.error = exc
-        return False
-    return True
-
-
-def _run_in_savepoint(
-    conn: Any, pending: _Pending[Any], translate: Callable[[sqlite3.Error], BaseException]
-) -> None:
-    """One write of several: refused or failed, it is rolled back alone."""
-    conn.execute("SAVEPOINT effectguard_write")
-    try:
-        pending.result = pending.work(conn)
-    except Exception as exc:  # noqa: BLE001 - the caller's own error, raised in its thread
-        # Fails (and fails the batch) if SQLite already rolled the whole transaction back.
-        conn.execute("ROLLBACK TO effectguard_write")
-        if isinstance(exc, sqlite3.Error):
-            error = translate(exc)
-            error.__cause__ = exc
-            pending.error = error
-        else:
-            pending.error = exc
-    conn.execute("RELEASE effectguard_write")
-
-
-def _rollback(conn: Any) -> None:
-    with contextlib.suppress(sqlite3.Error):
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-
-
-def writer_died(cause: BaseException) -> LedgerUnavailableError:
-    """The error of a caller whose batch's writer failed before committing it."""
-    return LedgerUnavailableError(
-        f"the ledger's writer failed before committing this write ({type(cause).__name__}: "
-        f"{cause}); nothing of it was recorded and nothing was dispatched: call again"
-    )

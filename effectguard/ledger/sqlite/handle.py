@@ -245,7 +245,7 @@ class LedgerFile:
             raise LedgerUnavailableError(msg)
         return result
 
-    def _write(self, work: Callable[[Connection], T], operation_id: str | None = None) -> T:
+    def _writable(self, operation_id: str | None) -> None:
         if self.read_only:
             what = "" if operation_id is None else f" operation {operation_id!r} was not written:"
             msg = f"{what} ledger {self.path} was opened read-only; open it writable to change it"
@@ -253,6 +253,14 @@ class LedgerFile:
         if self._closed:
             msg = f"ledger {self.path} is closed"
             raise LedgerUnavailableError(msg)
+
+    async def _write_async(self, work: Callable[[Connection], T], operation_id: str) -> T:
+        """:meth:`_write` from an event loop: the ledger's writer thread runs ``work``."""
+        self._writable(operation_id)
+        return await self._group.submit(lambda: self._open(write=True), work, operation_id)
+
+    def _write(self, work: Callable[[Connection], T], operation_id: str | None = None) -> T:
+        self._writable(operation_id)
         # Threads' writes share transactions (group.py); the file is checked under the
         # write lock, so a file replaced while a write waited is seen too.
         try:
@@ -261,8 +269,9 @@ class LedgerFile:
             raise self._translated(exc) from exc
 
     def close(self) -> None:
-        """Close every connection this ledger opened, in any thread."""
+        """Close every connection this ledger opened, in any thread, and end its writer thread."""
         self._closed = True
+        self._group.close()
         with self._lock:
             connections = list(self._connections)
             self._connections = weakref.WeakSet()

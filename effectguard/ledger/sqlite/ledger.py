@@ -23,9 +23,7 @@ from typing import Any, TypeVar
 from effectguard.errors import (
     ConfigurationError,
     FencedWriteError,
-    InternalError,
     LedgerNotFoundError,
-    OperationNotFoundError,
 )
 from effectguard.fingerprint import check_operation_id
 from effectguard.ledger import anchor as anchors
@@ -37,11 +35,10 @@ from effectguard.ledger.protocol import (
     Expect,
     NewOperation,
     check_limit,
-    describe_mismatch,
 )
 from effectguard.ledger.resolution import OperatorResolution
 from effectguard.ledger.schema import SQLITE
-from effectguard.ledger.sqlite import anchoring, pruning
+from effectguard.ledger.sqlite import anchoring, pruning, writes
 from effectguard.ledger.sqlite.files import FileIdentity
 from effectguard.ledger.sqlite.group import GroupCommit
 from effectguard.ledger.sqlite.handle import Connection, LedgerFile
@@ -50,7 +47,7 @@ from effectguard.ledger.sqlite.migrations import (
     NEEDING_ATTENTION,
     SCHEMA_VERSION,
 )
-from effectguard.ledger.sqlite.recent import Recent, lean_transition
+from effectguard.ledger.sqlite.recent import INSERT_EVENT, Recent
 from effectguard.model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
 __all__ = ["MAX_BUSY_TIMEOUT", "SCHEMA_VERSION", "SQLiteEffectLedger"]
@@ -68,29 +65,12 @@ _EVENT_COLUMNS = ", ".join(rows.event_columns)
 _COMMITMENTS = (
     "SELECT commits FROM events WHERE operation_id = ? AND commits IS NOT NULL ORDER BY seq"
 )
-_TOKEN = rows.operation_columns.index(rows.name("lease_token"))
-_EXPIRES = rows.operation_columns.index(rows.name("lease_expires_at"))
 _PLACES = ",".join("?" * len(rows.operation_columns))
-# Nothing is inserted under a pruned id either: a new operation costs one statement.
-_INSERT_OPERATION = (
-    f"INSERT INTO operations ({_COLUMNS}) SELECT {_PLACES}"
-    " WHERE NOT EXISTS (SELECT 1 FROM tombstones WHERE operation_id = ?)"
-    " ON CONFLICT (operation_id) DO NOTHING"
-)
-_INSERT_EVENT = (
-    f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES ({','.join('?' * len(rows.event_columns))})"
-)
 # A bulk load must fail on an id that is taken, not skip it.
 _INSERT_LOADED = f"INSERT INTO operations ({_COLUMNS}) VALUES ({_PLACES})"
-_SELECT_ONE = f"SELECT {_COLUMNS} FROM operations WHERE operation_id = ?"
 _VERIFY_HEADS = (
     f"SELECT operation_id, event_count, event_head, status, {', '.join(chain.HEAD_COLUMNS)}"
     " FROM operations ORDER BY operation_id"
-)
-# Every column but the key, in column order, then the key.
-_UPDATE_OPERATION = (
-    f"UPDATE operations SET {', '.join(f'{name} = ?' for name in rows.operation_columns[1:])}"
-    " WHERE operation_id = ?"
 )
 
 
@@ -179,10 +159,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
     def _now_us(self, now: float | None) -> int:
         return round((self._clock() if now is None else now) * 1_000_000)
 
-    @staticmethod
-    def _select(conn: Connection, operation_id: str) -> Sequence[Any] | None:
-        row: Sequence[Any] | None = conn.execute(_SELECT_ONE, (operation_id,)).fetchone()
-        return row
+    _select = staticmethod(writes.select_one)
 
     # -- primitives ------------------------------------------------------------------
 
@@ -190,27 +167,15 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
         self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
-        now_us = self._now_us(now)
-        # Nothing in a new row depends on what is stored: build it before taking the lock.
-        values, events_rows = rows.created(operation, events, now_us)
-
-        def work(conn: Connection) -> tuple[OperationRecord, bool]:
-            # Insert first: a new operation, the common case, then needs no read.
-            if conn.execute(_INSERT_OPERATION, (*values, operation.operation_id)).rowcount == 0:
-                pruning.refuse_tombstoned(conn, operation.operation_id, operation.fingerprint)
-                row = self._select(conn, operation.operation_id)
-                if row is None:
-                    msg = f"{operation.operation_id!r} blocked the insert but cannot be read"
-                    raise InternalError(msg)
-                return rows.record(row, now_us), False
-            conn.executemany(_INSERT_EVENT, events_rows)
-            first = events_rows[0][8] if events_rows else b""
-            anchoring.anchor(conn, [(operation.operation_id, first)])
-            decoded = rows.decoded(values)
-            self._recent.keep(values, decoded)
-            return rows.assembled(decoded, operation.lease.token, values[_EXPIRES], now_us), True
-
+        work = writes.claim(self._recent, operation, events, self._now_us(now))
         return self._write(work, operation.operation_id)
+
+    async def claim_async(
+        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
+    ) -> tuple[OperationRecord, bool]:
+        """:meth:`claim` from an event loop (see :mod:`effectguard.ledger.asyncwrites`)."""
+        work = writes.claim(self._recent, operation, events, self._now_us(now))
+        return await self._write_async(work, operation.operation_id)
 
     def transition(
         self,
@@ -223,32 +188,26 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
     ) -> OperationRecord:
         """See :meth:`EffectLedger.transition`."""
         now_us = self._now_us(now)
-
-        def work(conn: Connection) -> OperationRecord:
-            known = self._recent.get(operation_id) if self._lean else None
-            if known is not None:
-                lean = lean_transition(conn, known, expect, changes, events, now_us)
-                if lean is not None:
-                    record, kept = lean
-                    self._recent.keep(*kept)
-                    return record
-            row = self._select(conn, operation_id)
-            if row is None:
-                raise OperationNotFoundError(operation_id)
-            current = rows.version(row, now_us)
-            problem = describe_mismatch(current, expect, lease_expired=not current.lease_live)
-            if problem is not None:
-                self._recent.forget(operation_id)
-                msg = f"write to operation {operation_id!r} refused: {problem}"
-                raise FencedWriteError(msg)
-            updated, events_rows = rows.transitioned(row, changes, events, now_us)
-            conn.executemany(_INSERT_EVENT, events_rows)
-            conn.execute(_UPDATE_OPERATION, (*updated[1:], operation_id))
-            decoded = rows.decoded(updated)
-            self._recent.keep(updated, decoded)
-            return rows.assembled(decoded, updated[_TOKEN], updated[_EXPIRES], now_us)
-
+        work = writes.transition(
+            self._recent, operation_id, expect, changes, events, now_us, lean=self._lean
+        )
         return self._write(work, operation_id)
+
+    async def transition_async(
+        self,
+        operation_id: str,
+        expect: Expect,
+        changes: Changes,
+        events: Sequence[EventDraft],
+        *,
+        now: float | None = None,
+    ) -> OperationRecord:
+        """:meth:`transition` from an event loop (see :mod:`effectguard.ledger.asyncwrites`)."""
+        now_us = self._now_us(now)
+        work = writes.transition(
+            self._recent, operation_id, expect, changes, events, now_us, lean=self._lean
+        )
+        return await self._write_async(work, operation_id)
 
     def renew(
         self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None
@@ -384,7 +343,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
             try:
                 for operation_rows, event_rows in bulk.chunks(rows, operations):
                     conn.executemany(_INSERT_LOADED, operation_rows)
-                    conn.executemany(_INSERT_EVENT, event_rows)
+                    conn.executemany(INSERT_EVENT, event_rows)
                     loaded += len(operation_rows)
                 pruning.refuse_loaded_tombstoned(conn)
                 anchoring.anchor_unanchored(conn)
