@@ -24,7 +24,7 @@ from effectguard.model import EffectStatus, EventType, OperationRecord, OverlapH
 if TYPE_CHECKING:
     from effectguard.executor.machine import StateMachine
     from effectguard.executor.steps import Call, Step
-    from effectguard.ledger.asyncwrites import AsyncWrites
+    from effectguard.ledger.asyncledger import AsyncLedger
 
 __all__ = ["HELD", "claim", "claim_async", "claim_step", "take_over"]
 
@@ -34,7 +34,7 @@ HELD = frozenset({EffectStatus.DISPATCHED, EffectStatus.RECONCILING})
 
 def claim_step(machine: StateMachine, call: Call, token: str) -> LedgerStep:
     """The step that claims the operation: :func:`claim`, or :func:`claim_async` on a loop."""
-    writes = machine.writes
+    writes = machine.async_ledger
     return LedgerStep(
         functools.partial(machine.claim, call, token),
         None if writes is None else functools.partial(claim_async, machine, call, token, writes),
@@ -51,7 +51,7 @@ def claim(machine: StateMachine, call: Call, token: str) -> tuple[OperationRecor
 
 
 async def claim_async(
-    machine: StateMachine, call: Call, token: str, writes: AsyncWrites
+    machine: StateMachine, call: Call, token: str, writes: AsyncLedger
 ) -> tuple[OperationRecord, bool]:
     """:func:`claim` on an event loop, through the ledger's async form of the write."""
     operation, events = _new(machine, call, token)

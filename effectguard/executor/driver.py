@@ -209,9 +209,10 @@ class EffectExecutor:
     ) -> EffectResult[Any]:
         """Like :meth:`execute`, for async or sync handlers and probes.
 
-        Ledger I/O never runs on the event loop: a SQLite ledger's claim and
-        transitions are committed by its writer thread with the other writes
-        queued meanwhile, and every other ledger call runs in a worker thread.
+        Ledger I/O never runs on the event loop: a SQLite ledger's first read,
+        claim and transitions go to its writer thread (which commits the writes
+        with the others queued meanwhile), and every other ledger call runs in
+        a worker thread.
         An async handler that passes its timeout is cancelled and awaited until
         it has stopped, so it leaves no overlap risk; a sync one runs in a
         thread and does.

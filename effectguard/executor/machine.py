@@ -38,7 +38,7 @@ from effectguard.executor.peers import PeerWait
 from effectguard.executor.redaction import scrub_write
 from effectguard.executor.replays import ReplayCache
 from effectguard.executor.steps import Call, HandlerStep, LedgerStep, Machine, PauseStep, Step
-from effectguard.ledger.asyncwrites import async_writes
+from effectguard.ledger.asyncledger import async_ledger
 from effectguard.ledger.protocol import (
     Changes,
     EffectLedger,
@@ -67,7 +67,7 @@ class StateMachine:
     ) -> None:
         self.ledger = ledger
         #: The async forms of the claim and the transition, when the ledger has its own.
-        self.writes = async_writes(ledger)
+        self.async_ledger = async_ledger(ledger)
         self._clock = clock
         self.poll_interval = poll_interval
         self.replays = ReplayCache(0) if replays is None else replays
@@ -191,7 +191,7 @@ class StateMachine:
             self.notify(call, events, record)
             return record
 
-        writes = self.writes
+        writes = self.async_ledger
         if writes is None:
             return LedgerStep(run)
 
@@ -203,6 +203,14 @@ class StateMachine:
             return record
 
         return LedgerStep(run, run_async)
+
+    def read(self, call: Call) -> LedgerStep:
+        """A step that reads the operation's record (None when there is none)."""
+        ledger, forms = self.ledger, self.async_ledger
+        return LedgerStep(
+            lambda: ledger.get(call.operation_id, now=self.now()),
+            None if forms is None else lambda: forms.get_async(call.operation_id, now=self.now()),
+        )
 
     def backoff(self, seconds: float) -> PauseStep:
         """A wait between attempts or probes (see :class:`PauseStep`)."""
@@ -231,11 +239,7 @@ class StateMachine:
         waiting = PeerWait(call.wait_seconds, self._clock, self.poll_interval)
         # Replaying a terminal operation is a plain read: no write lock is taken. A ledger
         # that claims first reads by claiming; its claim writes nothing when the row exists.
-        record: OperationRecord | None = (
-            None
-            if claims_first(ledger)
-            else (yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now())))
-        )
+        record: OperationRecord | None = None if claims_first(ledger) else (yield self.read(call))
         while True:
             if record is None:
                 claimed = yield from self._claim_and_work(call)
@@ -254,7 +258,7 @@ class StateMachine:
                 pause = waiting.next_pause()
                 if pause is not None:
                     yield PauseStep(pause)
-                    record = yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now()))
+                    record = yield self.read(call)
                     continue
                 expires = record.lease_expires_at
                 waited = f"; waited {call.wait_seconds:g}s for it" if call.wait_seconds else ""
@@ -267,7 +271,7 @@ class StateMachine:
             result = yield from self._take_over_and_work(call, record)
             if result is not None:
                 return result
-            record = yield LedgerStep(lambda: ledger.get(call.operation_id, now=self.now()))
+            record = yield self.read(call)
 
     def _claim_and_work(
         self, call: Call

@@ -26,7 +26,9 @@ What does not change:
 Callers on an event loop (:meth:`GroupCommit.submit`) queue their writes the
 same way but never lead: the ledger's writer thread leads whenever the first
 write queued is theirs, and it wakes each loop once per batch. Their writes
-are committed with the threads' writes, under the same rules.
+are committed with the threads' writes, under the same rules. Their reads
+(:meth:`GroupCommit.submit_read`) run in that thread too, between batches,
+outside any transaction.
 
 Separate processes still meet in SQLite's lock, as before.
 """
@@ -85,6 +87,7 @@ class GroupCommit:
         self._writer: threading.Thread | None = None
         self._writer_turn = threading.Condition(self._lock)
         self._writer_leads = False
+        self._reads: list[Pending[Any]] = []
         self._closed = False
         #: Transactions committed, and the writes they held (read by tests and the bench).
         self.batches = 0
@@ -146,9 +149,29 @@ class GroupCommit:
                 self._hand_to_writer()
         return pending.future
 
+    def submit_read(self, read: Callable[[], T]) -> asyncio.Future[T]:
+        """Run ``read()`` in the writer thread, outside any transaction; the future holds its value.
+
+        The writer thread runs the reads queued before it leads its next batch:
+        a loop's read waits at most for the batch in progress, and never sees
+        a write that is not committed.
+        """
+        pending: Pending[T] = Pending(lambda _conn: read(), None)
+        pending.future = asyncio.get_running_loop().create_future()
+        if self._pid != os.getpid():
+            self._forked()
+        with self._lock:
+            self._reads.append(pending)
+            self._start_writer()
+        return pending.future
+
     def _hand_to_writer(self) -> None:
         """Under the lock: the writer thread leads the next batch (started if it is not running)."""
         self._writer_leads = True
+        self._start_writer()
+
+    def _start_writer(self) -> None:
+        """Under the lock: wake the writer thread, started if it is not running."""
         if self._writer is None or not self._writer.is_alive():
             self._writer = threading.Thread(
                 target=self._write_for_loops, name="effectguard-ledger-writer", daemon=True
@@ -185,35 +208,47 @@ class GroupCommit:
                     if not self._await_turn():  # the next loop's write starts another
                         self._writer = None
                         return
-                    self._writer_leads, holding = False, True
-                    connect = next(
-                        (pending.connect for pending in self._queue if pending.connect), None
-                    )
-                    if connect is None:  # a thread's batch took every loop's write
-                        holding = False
-                        self._hand_over()
-                        continue
-                try:
-                    self._lead(connect, None)
-                except Exception:  # noqa: BLE001 - each caller of the batch has its error
-                    _log.debug("effectguard: a batch of the ledger's writer failed", exc_info=True)
-                finally:
-                    holding = False  # _lead handed the next turn over, whatever happened
+                    reads, self._reads = self._reads, []
+                    connect = None if reads else self._take_turn()
+                    holding = connect is not None
+                if reads:
+                    _read_all(reads)
+                elif connect is not None:
+                    try:
+                        self._lead(connect, None)
+                    except Exception:  # noqa: BLE001 - each caller of the batch has its error
+                        _log.debug("effectguard: a writer's batch failed", exc_info=True)
+                    finally:
+                        holding = False  # _lead handed the next turn over, whatever happened
         except BaseException as exc:  # noqa: BLE001 - a thread of ours: its end is reported
             self._writer_ended(exc, holding=holding)
 
+    def _take_turn(self) -> Callable[[], Any] | None:
+        """Under the lock: take the writer's turn; the connect of a loop's write to lead with.
+
+        None when a thread's batch already took every loop's write: the turn is
+        handed over at once.
+        """
+        self._writer_leads = False
+        connect = next((pending.connect for pending in self._queue if pending.connect), None)
+        if connect is None:
+            self._hand_over()
+        return connect
+
     def _await_turn(self) -> bool:
-        """Under the lock: wait for the writer's turn; False once idle too long, or closed."""
-        while not self._writer_leads:
+        """Under the lock: wait for reads or the writer's turn; False once idle, or closed."""
+        while not (self._writer_leads or self._reads):
             if self._closed or not self._writer_turn.wait(_IDLE_SECONDS):
-                return self._writer_leads
+                return self._writer_leads or bool(self._reads)
         return True
 
     def _writer_ended(self, exc: BaseException, *, holding: bool) -> None:
         """The writer thread is ending: fail the loops' queued writes, pass on its turn."""
         with self._lock:
             stranded = [pending for pending in self._queue if pending.future is not None]
+            stranded += self._reads
             self._queue = [pending for pending in self._queue if pending.future is None]
+            self._reads = []
             self._writer = None
             if holding or self._writer_leads:
                 self._writer_leads = False
@@ -250,6 +285,7 @@ class GroupCommit:
         self._writer = None
         self._writer_turn = threading.Condition(self._lock)
         self._writer_leads = False
+        self._reads = []
         self._pid = os.getpid()
 
     def _lead(self, connect: Callable[[], Any], mine: Pending[Any] | None) -> None:
@@ -313,3 +349,13 @@ class GroupCommit:
                     pending.error = writer_died(RuntimeError("the ledger file check failed"))
             return True
         return False
+
+
+def _read_all(reads: list[Pending[Any]]) -> None:
+    """Run each read, keeping its value or its error, then tell the loops."""
+    for pending in reads:
+        try:
+            pending.result = pending.work(None)
+        except Exception as exc:  # noqa: BLE001 - raised in its caller's task
+            pending.error = exc
+    deliver(reads)

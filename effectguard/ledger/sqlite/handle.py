@@ -254,6 +254,10 @@ class LedgerFile:
             msg = f"ledger {self.path} is closed"
             raise LedgerUnavailableError(msg)
 
+    async def _read_async(self, work: Callable[[Connection], T], missing: T) -> T:
+        """:meth:`_read` from an event loop: run in the ledger's writer thread."""
+        return await self._group.submit_read(lambda: self._read(work, missing))
+
     async def _write_async(self, work: Callable[[Connection], T], operation_id: str) -> T:
         """:meth:`_write` from an event loop: the ledger's writer thread runs ``work``."""
         self._writable(operation_id)

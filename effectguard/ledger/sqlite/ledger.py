@@ -173,7 +173,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
     async def claim_async(
         self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
-        """:meth:`claim` from an event loop (see :mod:`effectguard.ledger.asyncwrites`)."""
+        """:meth:`claim` from an event loop (see :mod:`effectguard.ledger.asyncledger`)."""
         work = writes.claim(self._recent, operation, events, self._now_us(now))
         return await self._write_async(work, operation.operation_id)
 
@@ -202,7 +202,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
         *,
         now: float | None = None,
     ) -> OperationRecord:
-        """:meth:`transition` from an event loop (see :mod:`effectguard.ledger.asyncwrites`)."""
+        """:meth:`transition` from an event loop (see :mod:`effectguard.ledger.asyncledger`)."""
         now_us = self._now_us(now)
         work = writes.transition(
             self._recent, operation_id, expect, changes, events, now_us, lean=self._lean
@@ -229,6 +229,17 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
 
     def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None:
         """See :meth:`EffectLedger.get`."""
+        return self._read(self._getting(operation_id, now), None)
+
+    async def get_async(
+        self, operation_id: str, *, now: float | None = None
+    ) -> OperationRecord | None:
+        """:meth:`get` from an event loop (see :mod:`effectguard.ledger.asyncledger`)."""
+        return await self._read_async(self._getting(operation_id, now), None)
+
+    def _getting(
+        self, operation_id: str, now: float | None
+    ) -> Callable[[Connection], OperationRecord | None]:
         check_operation_id(operation_id)
         now_us = self._now_us(now)
 
@@ -236,7 +247,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, pruning.SQLitePruning):
             row = self._select(conn, operation_id)
             return None if row is None else rows.record(row, now_us)
 
-        return self._read(work, None)
+        return work
 
     def list_operations(
         self,

@@ -1,11 +1,11 @@
-"""Writes from event loops on SQLite (issue 15): committed by the ledger's writer thread.
+"""Event loops' calls on SQLite (issue 15): served by the ledger's writer thread.
 
-``execute_async`` on a SQLite ledger sends its claim and its transitions to
-the group commit's queue instead of a worker thread per write; the ledger's
-writer thread commits them with whatever else is queued and wakes each loop
-once. These tests hold the writer's role with a slow write so that the loops'
-writes queue behind it, then look at what committed, what each task was
-told, and what the fake provider actually committed.
+``execute_async`` on a SQLite ledger sends its read, its claim and its
+transitions to the ledger's writer thread instead of a worker thread per
+call; the writer commits the writes with whatever else is queued and wakes
+each loop once. These tests hold the writer's role with a slow write so that
+the loops' writes queue behind it, then look at what committed, what each
+task was told, and what the fake provider actually committed.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import pytest
 from support import capture_contract
 
 from effectguard import EffectContract, EffectExecutor
-from effectguard.errors import LedgerUnavailableError
-from effectguard.ledger.asyncwrites import async_writes
+from effectguard.errors import InvalidRequestError, LedgerUnavailableError
+from effectguard.ledger.asyncledger import async_ledger
 from effectguard.ledger.delegating import DelegatingLedger
 from effectguard.ledger.protocol import Changes, EventDraft, Expect
 from effectguard.ledger.sqlite import SQLiteEffectLedger, group
@@ -238,13 +238,13 @@ class CountingLedger(SQLiteEffectLedger):
 def test_a_ledger_that_overrides_a_write_is_written_through_its_override(
     tmp_path: Path, provider: FakePaymentProvider
 ) -> None:
-    """Async forms are used only where the class defining a write defines its async form too."""
+    """Async forms are used only where the class defining a call defines its async form too."""
     plain = SQLiteEffectLedger(tmp_path / "plain.db")
     counting = CountingLedger(tmp_path / "counting.db")
     try:
-        assert async_writes(plain) is plain
-        assert async_writes(DelegatingLedger(plain)) is None
-        assert async_writes(counting) is None
+        assert async_ledger(plain) is plain
+        assert async_ledger(DelegatingLedger(plain)) is None
+        assert async_ledger(counting) is None
         before = CountingLedger.transitions
         results = _tasks(
             [_capture(EffectExecutor(counting), provider.handler, n) for n in range(3)]
@@ -435,3 +435,41 @@ def test_a_process_killed_among_its_loops_writes_left_no_effect_without_its_clai
         assert provider.duplicates() == 0
         assert provider.committed() == len(claimed)
         assert ledger.verify().ok
+
+
+def test_a_loops_read_sees_only_what_is_committed_and_needs_no_write_lock(
+    ledger: SQLiteEffectLedger, provider: FakePaymentProvider
+) -> None:
+    """A loop reads while a thread holds the write lock: served at once, committed rows only."""
+    executor = EffectExecutor(ledger)
+    executor.execute(CONTRACT, {"invoice_id": "INV-1", "amount_cents": 100}, provider.handler)
+    entered, release = threading.Event(), threading.Event()
+
+    def uncommitted(conn: sqlite3.Connection) -> None:
+        conn.execute(
+            "UPDATE operations SET status = 'QUARANTINED' WHERE operation_id = 'cap:INV-1'"
+        )
+        entered.set()
+        release.wait(WAIT)
+        raise RuntimeError("rolled back")  # the write never commits
+
+    holder = _in_thread(lambda: ledger._write(uncommitted))
+    assert entered.wait(WAIT)
+    try:
+        found = _tasks(
+            [
+                lambda: ledger.get_async("cap:INV-1"),
+                lambda: ledger.get_async("cap:INV-2"),
+            ]
+        )()
+    finally:
+        release.set()
+        holder[0].join(WAIT)
+    assert isinstance(holder[1].get("error"), RuntimeError)
+    first, missing = found
+    assert first.status is EffectStatus.CONFIRMED
+    assert first == ledger.get("cap:INV-1")
+    assert missing is None
+    [refused] = _tasks([lambda: ledger.get_async("")])()
+    assert isinstance(refused, InvalidRequestError)
+    assert "operation id" in str(refused)
