@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from group_support import WAIT, WriterCrash, hold_writer, in_thread, queued
 from support import capture_contract
 
 from effectguard import EffectContract, EffectExecutor
@@ -37,11 +38,6 @@ from effectguard.model import EffectResult, EffectStatus, OperationRecord
 from effectguard.testkit import FakePaymentProvider
 
 CONTRACT = EffectContract(name="loop.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")
-WAIT = 20.0
-
-
-class WriterCrash(BaseException):
-    """What ends the writer thread in the middle of a batch (as KeyboardInterrupt would)."""
 
 
 @pytest.fixture
@@ -55,42 +51,6 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteEffectLedger]:
 def provider(tmp_path: Path) -> FakePaymentProvider:
     # Not closed: Store.close() refuses connections other threads opened (a testkit limit).
     return FakePaymentProvider(path=tmp_path / "provider.db")
-
-
-def _hold_writer(ledger: SQLiteEffectLedger) -> tuple[threading.Thread, threading.Event]:
-    """Make a thread the ledger's writer, stuck inside its transaction until released."""
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(_conn: object) -> None:
-        entered.set()
-        release.wait(WAIT)
-
-    holder = threading.Thread(target=ledger._write, args=(slow,))
-    holder.start()
-    assert entered.wait(WAIT)
-    return holder, release
-
-
-def _queued(ledger: SQLiteEffectLedger, count: int) -> None:
-    """Wait until ``count`` writes wait for the writer."""
-    deadline = time.monotonic() + WAIT
-    while len(ledger._group._queue) < count:
-        assert time.monotonic() < deadline, "the writes never queued"
-        time.sleep(0.005)
-
-
-def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = work()
-        except BaseException as exc:  # the test inspects what each caller got
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
 
 
 def _tasks(calls: Sequence[Callable[[], Awaitable[Any]]]) -> Callable[[], list[Any]]:
@@ -128,10 +88,10 @@ def test_tasks_writes_share_one_commit_and_each_claim_is_durable_before_its_hand
         return provider.handler(arguments, idempotency_key=idempotency_key)
 
     executor.execute(CONTRACT, {"invoice_id": "warm", "amount_cents": 1}, provider.handler)
-    holder, release = _hold_writer(ledger)
+    holder, release = hold_writer(ledger)
     before = ledger._group.batches
-    loop = _in_thread(_tasks([_capture(executor, handler, n) for n in range(4)]))
-    _queued(ledger, 4)
+    loop = in_thread(_tasks([_capture(executor, handler, n) for n in range(4)]))
+    queued(ledger, 4)
     release.set()
     holder.join(WAIT)
     loop[0].join(WAIT)
@@ -149,15 +109,15 @@ def test_a_writer_that_dies_fails_every_task_before_any_handler_runs(
 ) -> None:
     """The writer thread dies mid-batch: nothing commits, nobody dispatches, every task is told."""
     executor = EffectExecutor(ledger)
-    holder, release = _hold_writer(ledger)
-    loop = _in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(3)]))
-    _queued(ledger, 3)
+    holder, release = hold_writer(ledger)
+    loop = in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(3)]))
+    queued(ledger, 3)
 
     def crash(_conn: object) -> None:
         raise WriterCrash
 
-    poison = _in_thread(lambda: ledger._write(crash))
-    _queued(ledger, 4)
+    poison = in_thread(lambda: ledger._write(crash))
+    queued(ledger, 4)
     with caplog.at_level(logging.WARNING, logger="effectguard"):
         release.set()
         for thread in (holder, loop[0], poison[0]):
@@ -182,7 +142,7 @@ def test_a_cancelled_task_leaves_its_queued_claim_to_its_batch_and_never_dispatc
 ) -> None:
     """Cancelled while its claim waits: the claim commits with its batch; no handler runs."""
     executor = EffectExecutor(ledger)
-    holder, release = _hold_writer(ledger)
+    holder, release = hold_writer(ledger)
     problems: list[dict[str, Any]] = []
     started = threading.Event()
 
@@ -203,7 +163,7 @@ def test_a_cancelled_task_leaves_its_queued_claim_to_its_batch_and_never_dispatc
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.05)
 
-    loop = _in_thread(lambda: asyncio.run(cancelled()))
+    loop = in_thread(lambda: asyncio.run(cancelled()))
     assert started.wait(WAIT)
     loop[0].join(WAIT)
     holder.join(WAIT)
@@ -272,10 +232,10 @@ def test_threads_and_loops_share_one_ledger_and_commit_each_effect_once(
         ]
 
     workers = [
-        _in_thread(lambda: threaded(0)),
-        _in_thread(lambda: threaded(30)),
-        _in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(10, 30)])),
-        _in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(20, 40)])),
+        in_thread(lambda: threaded(0)),
+        in_thread(lambda: threaded(30)),
+        in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(10, 30)])),
+        in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(20, 40)])),
     ]
     for thread, _ in workers:
         thread.join(WAIT * 3)
@@ -352,9 +312,9 @@ def test_a_long_queue_of_writes_is_committed_in_batches_of_at_most_32(
 ) -> None:
     """100 tasks' claims queued behind one slow write: they commit in at least four batches."""
     executor = EffectExecutor(ledger)
-    holder, release = _hold_writer(ledger)
-    loop = _in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(100)]))
-    _queued(ledger, 100)
+    holder, release = hold_writer(ledger)
+    loop = in_thread(_tasks([_capture(executor, provider.handler, n) for n in range(100)]))
+    queued(ledger, 100)
     before = ledger._group.batches
     release.set()
     holder.join(WAIT)
@@ -453,7 +413,7 @@ def test_a_loops_read_sees_only_what_is_committed_and_needs_no_write_lock(
         release.wait(WAIT)
         raise RuntimeError("rolled back")  # the write never commits
 
-    holder = _in_thread(lambda: ledger._write(uncommitted))
+    holder = in_thread(lambda: ledger._write(uncommitted))
     assert entered.wait(WAIT)
     try:
         found = _tasks(

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from group_support import WAIT, WriterCrash, hold_writer, in_thread, queued
 
 from effectguard import EffectContract, EffectExecutor
 from effectguard.errors import FencedWriteError, LedgerLockedError, LedgerUnavailableError
@@ -27,11 +26,6 @@ from effectguard.process import current_owner
 from effectguard.testkit import FakePaymentProvider
 
 CONTRACT = EffectContract(name="group.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")
-WAIT = 20.0
-
-
-class WriterCrash(BaseException):
-    """What kills the writer thread in the middle of a batch (as KeyboardInterrupt would)."""
 
 
 @pytest.fixture
@@ -45,42 +39,6 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteEffectLedger]:
 def provider(tmp_path: Path) -> FakePaymentProvider:
     # Not closed: Store.close() refuses connections other threads opened (a testkit limit).
     return FakePaymentProvider(path=tmp_path / "provider.db")
-
-
-def _hold_writer(ledger: SQLiteEffectLedger) -> tuple[threading.Thread, threading.Event]:
-    """Make a thread the ledger's writer, stuck inside its transaction until released."""
-    entered, release = threading.Event(), threading.Event()
-
-    def slow(_conn: object) -> None:
-        entered.set()
-        release.wait(WAIT)
-
-    holder = threading.Thread(target=ledger._write, args=(slow,))
-    holder.start()
-    assert entered.wait(WAIT)
-    return holder, release
-
-
-def _queued(ledger: SQLiteEffectLedger, count: int) -> None:
-    """Wait until ``count`` writes wait for the writer."""
-    deadline = time.monotonic() + WAIT
-    while len(ledger._group._queue) < count:
-        assert time.monotonic() < deadline, "the writes never queued"
-        time.sleep(0.005)
-
-
-def _in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = work()
-        except BaseException as exc:  # the test inspects what each caller got
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, outcome
 
 
 def test_queued_claims_share_one_commit_and_each_is_durable_before_its_handler(
@@ -103,17 +61,17 @@ def test_queued_claims_share_one_commit_and_each_is_durable_before_its_handler(
         seen[arguments["invoice_id"]] = row[0]
         return provider.handler(arguments, idempotency_key=idempotency_key)
 
-    holder, release = _hold_writer(ledger)
+    holder, release = hold_writer(ledger)
     before = ledger._group.batches
     callers = [
-        _in_thread(
+        in_thread(
             lambda n=n: executor.execute(
                 CONTRACT, {"invoice_id": f"INV-{n}", "amount_cents": 100}, handler
             )
         )
         for n in range(4)
     ]
-    _queued(ledger, 4)
+    queued(ledger, 4)
     release.set()
     holder.join(WAIT)
     for thread, _ in callers:
@@ -132,22 +90,22 @@ def test_a_writer_that_dies_fails_every_waiting_caller_before_any_handler_runs(
 ) -> None:
     """The batch's writer dies mid-batch: nothing commits, nobody dispatches, all are told."""
     executor = EffectExecutor(ledger)
-    holder, release = _hold_writer(ledger)
+    holder, release = hold_writer(ledger)
     callers = [
-        _in_thread(
+        in_thread(
             lambda n=n: executor.execute(
                 CONTRACT, {"invoice_id": f"INV-{n}", "amount_cents": 100}, provider.handler
             )
         )
         for n in range(3)
     ]
-    _queued(ledger, 3)
+    queued(ledger, 3)
 
     def crash(_conn: object) -> None:
         raise WriterCrash
 
-    poison = _in_thread(lambda: ledger._write(crash))
-    _queued(ledger, 4)
+    poison = in_thread(lambda: ledger._write(crash))
+    queued(ledger, 4)
     release.set()
     holder.join(WAIT)
     for thread, _ in [*callers, poison]:
@@ -181,7 +139,7 @@ def test_a_batch_that_cannot_take_the_lock_fails_every_caller_and_dispatches_not
     other.execute("BEGIN IMMEDIATE")
     try:
         callers = [
-            _in_thread(
+            in_thread(
                 lambda n=n: executor.execute(
                     CONTRACT, {"invoice_id": f"INV-{n}", "amount_cents": 100}, provider.handler
                 )
@@ -204,18 +162,18 @@ def test_a_fenced_write_in_a_batch_is_refused_alone(
     """One write of a batch is fenced out: it changes nothing, and the others commit."""
     executor = EffectExecutor(ledger)
     executor.execute(CONTRACT, {"invoice_id": "done", "amount_cents": 1}, provider.handler)
-    holder, release = _hold_writer(ledger)
+    holder, release = hold_writer(ledger)
     callers = [
-        _in_thread(
+        in_thread(
             lambda n=n: executor.execute(
                 CONTRACT, {"invoice_id": f"INV-{n}", "amount_cents": 100}, provider.handler
             )
         )
         for n in range(2)
     ]
-    _queued(ledger, 2)
+    queued(ledger, 2)
     stale = "not-the-token"
-    fenced = _in_thread(
+    fenced = in_thread(
         lambda: ledger.transition(
             "cap:done",
             Expect(lease_token=stale),
@@ -227,7 +185,7 @@ def test_a_fenced_write_in_a_batch_is_refused_alone(
             ),
         )
     )
-    _queued(ledger, 3)
+    queued(ledger, 3)
     release.set()
     for thread, _ in [(holder, None), *callers, fenced]:
         thread.join(WAIT)
@@ -247,7 +205,7 @@ def test_a_caller_interrupted_while_waiting_withdraws_its_write_and_never_blocks
 ) -> None:
     """Ctrl-C (here: a timer signal) while waiting: its write is withdrawn; the next ones run."""
     executor = EffectExecutor(ledger)
-    holder, release = _hold_writer(ledger)
+    holder, release = hold_writer(ledger)
     ran: list[str] = []
 
     def interrupt(_signum: int, _frame: object) -> None:
@@ -265,7 +223,7 @@ def test_a_caller_interrupted_while_waiting_withdraws_its_write_and_never_blocks
     release.set()
     holder.join(WAIT)
     assert ran == []
-    after, outcome = _in_thread(
+    after, outcome = in_thread(
         lambda: executor.execute(
             CONTRACT, {"invoice_id": "after", "amount_cents": 1}, provider.handler
         )
