@@ -145,7 +145,9 @@ class CallWatcher(Protocol):
         """
 
 
-#: ``observer(transition)``; called in whichever thread made the transition.
+#: ``observer(transition)``; called in whichever thread made the transition, once it is
+#: durable. For ``execute_async`` on a SQLite ledger that is the event loop's thread (the
+#: ledger's writer thread committed it): an observer that blocks holds the loop up.
 Observer = Callable[[Transition], None]
 
 _context: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar(

@@ -433,3 +433,114 @@ def test_a_loops_read_sees_only_what_is_committed_and_needs_no_write_lock(
     [refused] = _tasks([lambda: ledger.get_async("")])()
     assert isinstance(refused, InvalidRequestError)
     assert "operation id" in str(refused)
+
+
+def test_a_stream_of_reads_never_holds_a_write_back(
+    ledger: SQLiteEffectLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two loops read without a pause; a write queued meanwhile runs after one pass of reads."""
+    passes: list[int] = []
+    read_all = group._read_all
+
+    def counted(reads: list[Any]) -> None:
+        if reads:
+            passes.append(len(reads))
+        read_all(reads)
+
+    monkeypatch.setattr(group, "_read_all", counted)
+    ledger.get("cap:none")  # the file exists before anyone reads it from a loop
+    written = threading.Event()
+    deadline = time.monotonic() + WAIT
+    threads = [
+        threading.Thread(target=_read_until, args=(ledger, written, deadline)) for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    try:
+        while len(passes) < 20:  # the readers keep the writer busy
+            assert time.monotonic() < deadline, "the readers never ran"
+            time.sleep(0.005)
+
+        async def write() -> int:
+            queued_at = len(passes)
+            ran_at = await ledger._group.submit(
+                lambda: ledger._open(write=True), lambda _conn: len(passes), "x"
+            )
+            return ran_at - queued_at
+
+        waited = asyncio.run(write())
+    finally:
+        written.set()
+        for thread in threads:
+            thread.join(WAIT)
+    # The pass running when the write was queued, and at most one more, then the write.
+    assert waited <= 2, f"the write waited for {waited} passes of reads"
+
+
+def _read_until(ledger: SQLiteEffectLedger, stop: threading.Event, deadline: float) -> None:
+    """An event loop whose five tasks read through the writer thread until ``stop``."""
+
+    async def reader() -> None:
+        while not stop.is_set() and time.monotonic() < deadline:
+            await ledger._group.submit_read(lambda: time.sleep(0.001))
+
+    _tasks([reader] * 5)()
+
+
+class StopHere(BaseException):
+    """A BaseException out of a ledger call run by the writer thread."""
+
+
+def test_calls_that_raise_anything_settle_every_future_and_the_writer_goes_on(
+    ledger: SQLiteEffectLedger,
+) -> None:
+    """StopIteration or a BaseException out of a read or a write: each caller is told."""
+
+    def stop_iteration() -> None:
+        raise StopIteration
+
+    def base() -> None:
+        raise StopHere
+
+    async def calls() -> list[Any]:
+        group_commit = ledger._group
+        futures = [
+            group_commit.submit_read(stop_iteration),
+            group_commit.submit_read(base),
+            group_commit.submit_read(lambda: 42),
+            group_commit.submit(lambda: ledger._open(write=True), lambda _c: stop_iteration(), "a"),
+            group_commit.submit(lambda: ledger._open(write=True), lambda _c: 7, "b"),
+        ]
+        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), WAIT)
+
+    stopped, died, read, refused, written = asyncio.run(calls())
+    assert isinstance(stopped, RuntimeError)
+    assert isinstance(stopped.__cause__, StopIteration)
+    assert isinstance(died, LedgerUnavailableError)
+    assert isinstance(died.__cause__, StopHere)
+    assert read == 42
+    assert isinstance(refused, RuntimeError)
+    assert written == 7
+    # The writer thread is still the one that served them.
+    assert ledger._group._writer is not None
+    assert ledger._group._writer.is_alive()
+
+
+def test_a_writer_thread_that_cannot_start_fails_the_loops_calls_and_spares_the_threads(
+    ledger: SQLiteEffectLedger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No thread left to start: the loop's write fails with a ledger error; threads still write."""
+    ledger.get("cap:none")
+
+    def refuse(_thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refuse)
+        [refused] = _tasks([lambda: ledger.get_async("cap:none")])()
+    assert isinstance(refused, LedgerUnavailableError)
+    assert "can't start new thread" in str(refused)
+    assert ledger._group._leading is False
+    assert ledger._write(lambda _conn: "a thread's write") == "a thread's write"
+    again = _tasks([lambda: ledger.get_async("cap:none")])()
+    assert again == [None]

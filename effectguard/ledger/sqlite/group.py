@@ -171,16 +171,42 @@ class GroupCommit:
         self._start_writer()
 
     def _start_writer(self) -> None:
-        """Under the lock: wake the writer thread, started if it is not running."""
+        """Under the lock: wake the writer thread, started if it is not running.
+
+        When it cannot be started (no thread left to the process), the loops'
+        queued calls fail with a ledger error and the threads' writes go on.
+        """
         if self._writer is None or not self._writer.is_alive():
-            self._writer = threading.Thread(
+            writer = threading.Thread(
                 target=self._write_for_loops, name="effectguard-ledger-writer", daemon=True
             )
-            self._writer.start()
+            try:
+                writer.start()
+            except BaseException as exc:  # noqa: BLE001 - each loop's caller gets it, below
+                self._writer = None
+                self._fail_loops(exc, handing_over=self._writer_leads)
+                return
+            self._writer = writer
         self._writer_turn.notify()
+
+    def _fail_loops(self, exc: BaseException, *, handing_over: bool) -> None:
+        """Under the lock: fail every loop's queued call; pass the writer's turn on if it had it."""
+        stranded = [pending for pending in self._queue if pending.future is not None]
+        stranded += self._reads
+        self._queue = [pending for pending in self._queue if pending.future is None]
+        self._reads = []
+        if handing_over:
+            self._writer_leads = False
+            self._hand_over()
+        for pending in stranded:
+            pending.error = writer_died(exc)
+            pending.error.__cause__ = exc
+        deliver(stranded)
 
     def close(self) -> None:
         """Let the writer thread end once it has no batch to lead (the ledger is closing)."""
+        if self._pid != os.getpid():
+            self._forked()
         with self._lock:
             self._closed = True
             self._writer_turn.notify_all()
@@ -208,12 +234,13 @@ class GroupCommit:
                     if not self._await_turn():  # the next loop's write starts another
                         self._writer = None
                         return
+                    # One pass of the reads queued so far, then one batch if it is the
+                    # writer's turn: reads and writes each wait for one pass of the other.
                     reads, self._reads = self._reads, []
-                    connect = None if reads else self._take_turn()
+                    connect = self._take_turn() if self._writer_leads else None
                     holding = connect is not None
-                if reads:
-                    _read_all(reads)
-                elif connect is not None:
+                _read_all(reads)
+                if connect is not None:
                     try:
                         self._lead(connect, None)
                     except Exception:  # noqa: BLE001 - each caller of the batch has its error
@@ -226,8 +253,8 @@ class GroupCommit:
     def _take_turn(self) -> Callable[[], Any] | None:
         """Under the lock: take the writer's turn; the connect of a loop's write to lead with.
 
-        None when a thread's batch already took every loop's write: the turn is
-        handed over at once.
+        The turn is the writer's only while a loop's write is first in line, so
+        there always is one; should there be none, the turn is handed over at once.
         """
         self._writer_leads = False
         connect = next((pending.connect for pending in self._queue if pending.connect), None)
@@ -245,18 +272,8 @@ class GroupCommit:
     def _writer_ended(self, exc: BaseException, *, holding: bool) -> None:
         """The writer thread is ending: fail the loops' queued writes, pass on its turn."""
         with self._lock:
-            stranded = [pending for pending in self._queue if pending.future is not None]
-            stranded += self._reads
-            self._queue = [pending for pending in self._queue if pending.future is None]
-            self._reads = []
             self._writer = None
-            if holding or self._writer_leads:
-                self._writer_leads = False
-                self._hand_over()
-        for pending in stranded:
-            pending.error = writer_died(exc)
-            pending.error.__cause__ = exc
-        deliver(stranded)
+            self._fail_loops(exc, handing_over=holding or self._writer_leads)
         _log.warning(
             "effectguard: the ledger's writer thread ended (%s: %s); the writes it had not "
             "taken failed with a ledger error, and the next write starts it again",
@@ -358,4 +375,7 @@ def _read_all(reads: list[Pending[Any]]) -> None:
             pending.result = pending.work(None)
         except Exception as exc:  # noqa: BLE001 - raised in its caller's task
             pending.error = exc
+        except BaseException as exc:  # noqa: BLE001 - the writer thread goes on serving
+            pending.error = writer_died(exc)
+            pending.error.__cause__ = exc
     deliver(reads)

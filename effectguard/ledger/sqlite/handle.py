@@ -256,6 +256,9 @@ class LedgerFile:
 
     async def _read_async(self, work: Callable[[Connection], T], missing: T) -> T:
         """:meth:`_read` from an event loop: run in the ledger's writer thread."""
+        if self._closed:
+            msg = f"ledger {self.path} is closed"
+            raise LedgerUnavailableError(msg)
         return await self._group.submit_read(lambda: self._read(work, missing))
 
     async def _write_async(self, work: Callable[[Connection], T], operation_id: str) -> T:

@@ -74,8 +74,12 @@ def settle(settled: list[Pending[Any]]) -> None:
         future = pending.future
         if future is None or future.done():
             continue
-        if pending.error is not None:
-            future.set_exception(pending.error)
+        error = pending.error
+        if isinstance(error, StopIteration):  # a future refuses it, as a generator would
+            error = RuntimeError(f"a ledger call raised StopIteration: {error!r}")
+            error.__cause__ = pending.error
+        if error is not None:
+            future.set_exception(error)
         else:
             future.set_result(pending.result)
 
