@@ -34,7 +34,7 @@ HELD = frozenset({EffectStatus.DISPATCHED, EffectStatus.RECONCILING})
 
 def claim_step(machine: StateMachine, call: Call, token: str) -> LedgerStep:
     """The step that claims the operation: :func:`claim`, or :func:`claim_async` on a loop."""
-    writes = machine.async_ledger
+    writes = machine.async_ledger if call.on_loop else None
     return LedgerStep(
         functools.partial(machine.claim, call, token),
         None if writes is None else functools.partial(claim_async, machine, call, token, writes),

@@ -217,7 +217,9 @@ class EffectExecutor:
         it has stopped, so it leaves no overlap risk; a sync one runs in a
         thread and does.
         """
-        call = self._prepare(contract, arguments, handler, wait_for_peer, wait_seconds)
+        call = self._prepare(
+            contract, arguments, handler, wait_for_peer, wait_seconds, on_loop=True
+        )
         if isinstance(call, EffectResult):
             return call
         machine = self._states.run(call)
@@ -242,6 +244,8 @@ class EffectExecutor:
         handler: Handler,
         wait_for_peer: float | None,
         wait_seconds: float | None = None,
+        *,
+        on_loop: bool = False,
     ) -> Call | EffectResult[Any]:
         """The checked call, or its replay when the replay cache holds its terminal result.
 
@@ -284,6 +288,7 @@ class EffectExecutor:
             self.pacing.start(contract, self._clock),
             secrets_of(arguments, contract.redact),
             observers,
+            on_loop,
         )
 
 

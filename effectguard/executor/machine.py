@@ -66,7 +66,7 @@ class StateMachine:
         replays: ReplayCache | None = None,
     ) -> None:
         self.ledger = ledger
-        #: The async forms of the claim and the transition, when the ledger has its own.
+        #: The async forms of the read, claim and transition, when the ledger has its own.
         self.async_ledger = async_ledger(ledger)
         self._clock = clock
         self.poll_interval = poll_interval
@@ -191,7 +191,7 @@ class StateMachine:
             self.notify(call, events, record)
             return record
 
-        writes = self.async_ledger
+        writes = self.async_ledger if call.on_loop else None
         if writes is None:
             return LedgerStep(run)
 
@@ -206,7 +206,7 @@ class StateMachine:
 
     def read(self, call: Call) -> LedgerStep:
         """A step that reads the operation's record (None when there is none)."""
-        ledger, forms = self.ledger, self.async_ledger
+        ledger, forms = self.ledger, self.async_ledger if call.on_loop else None
         return LedgerStep(
             lambda: ledger.get(call.operation_id, now=self.now()),
             None if forms is None else lambda: forms.get_async(call.operation_id, now=self.now()),

@@ -49,6 +49,8 @@ class Call:
     pace: Pace
     secrets: tuple[str, ...] = ()
     observers: tuple[Observer, ...] = ()
+    #: Driven from an event loop (``execute_async``): its steps may be awaited there.
+    on_loop: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -310,7 +310,10 @@ class GroupCommit:
         batch: list[Pending[Any]] = []
         try:
             with self._lock:
-                batch, self._queue = self._queue[:_BATCH], self._queue[_BATCH:]
+                queue = self._queue
+                batch, self._queue = (
+                    (queue, []) if len(queue) <= _BATCH else (queue[:_BATCH], queue[_BATCH:])
+                )
             conn = connect()
             with conn.in_use:
                 self._commit(conn, batch)

@@ -267,7 +267,8 @@ class LedgerFile:
         return await self._group.submit(lambda: self._open(write=True), work, operation_id)
 
     def _write(self, work: Callable[[Connection], T], operation_id: str | None = None) -> T:
-        self._writable(operation_id)
+        if self.read_only or self._closed:
+            self._writable(operation_id)
         # Threads' writes share transactions (group.py); the file is checked under the
         # write lock, so a file replaced while a write waited is seen too.
         try:

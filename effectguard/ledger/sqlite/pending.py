@@ -57,12 +57,18 @@ def wake(pending: Pending[Any]) -> None:
 
 def deliver(batch: list[Pending[Any]]) -> None:
     """Tell each caller of a finished batch: threads one by one, each loop once."""
-    loops: dict[asyncio.AbstractEventLoop, list[Pending[Any]]] = {}
+    loops: dict[asyncio.AbstractEventLoop, list[Pending[Any]]] | None = None
     for pending in batch:
-        if pending.future is None:
-            wake(pending)
+        future = pending.future
+        if future is None:
+            if pending.done is not None:
+                pending.done.set()
+        elif loops is None:
+            loops = {future.get_loop(): [pending]}
         else:
-            loops.setdefault(pending.future.get_loop(), []).append(pending)
+            loops.setdefault(future.get_loop(), []).append(pending)
+    if loops is None:
+        return
     for loop, settled in loops.items():
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody is left to tell
             loop.call_soon_threadsafe(settle, settled)
