@@ -89,6 +89,8 @@ class GroupCommit:
         self._writer_leads = False
         self._reads: list[Pending[Any]] = []
         self._closed = False
+        # The exception the writer thread's end was logged for, so it is logged once.
+        self._announced: BaseException | None = None
         #: Transactions committed, and the writes they held (read by tests and the bench).
         self.batches = 0
         self.writes = 0
@@ -271,9 +273,16 @@ class GroupCommit:
 
     def _writer_ended(self, exc: BaseException, *, holding: bool) -> None:
         """The writer thread is ending: fail the loops' queued writes, pass on its turn."""
+        if self._announced is not exc:
+            self._announce_end(exc)
+        self._announced = None
         with self._lock:
             self._writer = None
             self._fail_loops(exc, handing_over=holding or self._writer_leads)
+
+    def _announce_end(self, exc: BaseException) -> None:
+        """Log that the writer thread is ending, before any caller of its batch is told."""
+        self._announced = exc
         _log.warning(
             "effectguard: the ledger's writer thread ended (%s: %s); the writes it had not "
             "taken failed with a ledger error, and the next write starts it again",
@@ -323,6 +332,9 @@ class GroupCommit:
                 if pending is not mine:
                     pending.error = writer_died(exc)
                     pending.error.__cause__ = exc
+            if mine is None and not isinstance(exc, Exception):
+                # The writer thread ends with this: logged before its callers are told, below.
+                self._announce_end(exc)
             raise
         finally:
             with self._lock:
