@@ -34,8 +34,8 @@ import tempfile
 from pathlib import Path
 
 from effectguard import EffectExecutor
-from effectguard.bench._calls import CONTRACT, arguments, handler
-from effectguard.ledger.sqlite import SQLiteEffectLedger
+from benchmarks._calls import CONTRACT, arguments, handler
+from effectguard import SQLiteEffectLedger
 
 MODES = ("guarded", "replay", "read")
 _FEW, _MANY = 100, 400

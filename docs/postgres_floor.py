@@ -34,9 +34,9 @@ from typing import Any
 import psycopg
 
 from effectguard import EffectExecutor
-from effectguard.bench._calls import CONTRACT, arguments, handler, interleave_named, primitives
-from effectguard.bench._postgres_site import PostgresRaw
-from effectguard.bench._stats import floor_lines
+from benchmarks._calls import CONTRACT, arguments, handler, interleave_named, primitives
+from benchmarks._postgres_site import PostgresRaw
+from benchmarks._stats import floor_lines
 from effectguard.ledger.postgres import PostgresEffectLedger
 
 # Calls of each measure per round, run in interleaved chunks of 50.

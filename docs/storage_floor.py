@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from effectguard import EffectExecutor
-from effectguard.bench._calls import CONTRACT, arguments, handler, interleave_named
-from effectguard.bench._sqlite_site import SQLiteRaw
-from effectguard.bench._stats import floor_lines
-from effectguard.ledger.sqlite import SQLiteEffectLedger
+from benchmarks._calls import CONTRACT, arguments, handler, interleave_named
+from benchmarks._sqlite_site import SQLiteRaw
+from benchmarks._stats import floor_lines
+from effectguard import SQLiteEffectLedger
 
 # Calls of each measure per round, run in interleaved chunks of 50.
 _CALLS = 800

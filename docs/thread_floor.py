@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from effectguard import EffectExecutor, EffectStatus
-from effectguard.bench._calls import CONTRACT, arguments, handler
-from effectguard.bench._sqlite_site import RAW_CLAIM, RAW_OUTCOME, SQLiteRaw
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.ledger.sqlite.group import GroupCommit
+from benchmarks._calls import CONTRACT, arguments, handler
+from benchmarks._sqlite_site import RAW_CLAIM, RAW_OUTCOME, SQLiteRaw
+from effectguard import SQLiteEffectLedger
+from effectguard.ledger.sqlite import GroupCommit
 
 _CALLS = 1000
 _THREADS = 4

@@ -51,7 +51,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from effectguard.model import EffectResult
+    from effectguard._model import EffectResult
 
 __all__ = [
     "ApprovalNotPendingError",

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-from effectguard.ledger.protocol import (
-    Changes,
-    EffectLedger,
-    EventDraft,
-    Expect,
-    Lease,
-    NewOperation,
-)
-from effectguard.model import EffectStatus, EventType, LeaseOwner
+from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
+from effectguard import EffectLedger
+from effectguard import EffectStatus, EventType
+from effectguard._model import LeaseOwner
 
 OWNER = LeaseOwner("host-a.example", "boot-a", "pid:[1]", 4242, "17")
 OTHER = LeaseOwner("host-b.example", "boot-b", "pid:[1]", 5353, "99")
@@ -65,7 +60,7 @@ def quarantine(ledger: EffectLedger, operation_id: str, now: float) -> None:
 def three_operations(ledger: EffectLedger, now: float) -> None:
     """Claim three operations and confirm each, three events apiece."""
     for index in range(3):
-        ledger.claim(operation(f"op-{index}"), CLAIM_EVENTS, now=now)
+        ledger.claim(operation(f"op-{index}"), now=now)
         ledger.transition(
             f"op-{index}",
             Expect(lease_token=TOKEN_A),

@@ -12,10 +12,11 @@ import random
 import sys
 from typing import Any
 
-from effectguard import EffectContract, EffectExecutor, EffectStatus, FencedWriteError
+from effectguard import EffectContract, EffectExecutor, EffectStatus
+from effectguard.errors import FencedWriteError
 from effectguard.ledger.postgres import PostgresEffectLedger
-from effectguard.ledger.protocol import Changes, EventDraft, Expect
-from effectguard.model import EventType
+from effectguard.ledger import Changes, EventDraft, Expect
+from effectguard import EventType
 from effectguard.testkit import FakePaymentProvider
 
 

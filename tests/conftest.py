@@ -19,7 +19,7 @@ import pytest
 from extras_support import REQUIRE_EXTRAS, extras_required
 from postgres_support import POSTGRES_URL, REQUIRE_POSTGRES, postgres_required, with_schema
 
-from effectguard.ledger import EffectLedger, open_ledger
+from effectguard import EffectLedger, open_ledger
 
 #: Backends every conformance test runs against.
 BACKENDS = ["sqlite", "postgres"]
@@ -177,7 +177,7 @@ def ledger_sql(backend: str, ledger_target: str) -> Callable[..., None]:
             return
         import psycopg  # noqa: PLC0415 - optional; imported only when a PostgreSQL server is given
 
-        from effectguard.ledger.postgres.sql import split_target  # noqa: PLC0415 - imports psycopg, which is optional
+        from effectguard.ledger.postgres import split_target
 
         conninfo, schema = split_target(ledger_target, None)
         with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from effectguard.ledger.sqlite import SQLiteEffectLedger
+from effectguard import SQLiteEffectLedger
 
 #: How long a test waits for anything, in seconds.
 WAIT = 20.0

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from effectguard import EffectContract, OutcomeProbeResult, UnknownOutcomePolicy
-from effectguard.model import LeaseOwner
-from effectguard.process import current_owner
+from effectguard._model import LeaseOwner
+from effectguard._process import current_owner
 from effectguard.testkit import FakePaymentProvider
 
 ARGS = {"invoice_id": "INV-1042", "amount_cents": 1999}

@@ -33,9 +33,9 @@ from effectguard import (
     effect,
 )
 from effectguard.cli.ops import main as ops_main
-from effectguard.fingerprint import MAX_JSON_DEPTH
-from effectguard.ledger import open_ledger
-from effectguard.ledger.sqlite import SQLiteEffectLedger
+from effectguard._fingerprint import MAX_JSON_DEPTH
+from effectguard import open_ledger
+from effectguard import SQLiteEffectLedger
 from effectguard.testkit import FakePaymentProvider, ManualClock
 
 INF = float("inf")

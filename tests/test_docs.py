@@ -76,17 +76,17 @@ PUBLIC_MODULES = {
     "effectguard.adapters.mcp",
     "effectguard.adapters.openai_agents",
     "effectguard.adapters.pydantic_ai",
-    "effectguard.bench",
+    "benchmarks",
     "effectguard.fingerprint",
     "effectguard.ledger",
     "effectguard.otel",
     "effectguard.runtime",
     "effectguard.testkit",
     # The testkit's documented submodules (see its package docstring).
-    "effectguard.testkit.matrix",
+    "proofs.matrix",
     "effectguard.testkit.pytest_plugin",
     "effectguard.testkit.scenarios",
-    "effectguard.testkit.study",
+    "proofs.study",
     "effectguard.testkit.servers.smtp",
 }
 

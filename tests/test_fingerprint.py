@@ -10,7 +10,7 @@ from types import MappingProxyType
 
 import pytest
 
-from effectguard.fingerprint import (
+from effectguard._fingerprint import (
     REDACTED,
     canonical_json,
     compact_encoder,

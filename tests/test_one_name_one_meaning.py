@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from effectguard.decorator import tool
-from effectguard.executor import lease, reconcile
-from effectguard.executor.machine import StateMachine
+from effectguard import _decorator as tool
+from effectguard._executor import _leases as lease
+from effectguard._executor import _machine as reconcile
+from effectguard._executor._machine import StateMachine
 from effectguard.runtime import Decision
 
 

@@ -24,7 +24,7 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard.adapters._signature import PublicSignature, public_signature
+from effectguard._describe import PublicSignature, public_signature
 
 __all__ = [
     "PENDING_KIND",

@@ -23,7 +23,7 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Interrupt
 
 from effectguard.adapters._langgraph_tool import as_tool, require_checkpointer
-from effectguard.decorator import is_effect
+from effectguard._decorator import is_effect
 
 __all__ = ["EffectToolNode"]
 

@@ -28,10 +28,10 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard.adapters._signature import PublicSignature, public_signature
-from effectguard.decorator import is_effect
+from effectguard._describe import PublicSignature, public_signature
+from effectguard._decorator import is_effect
 from effectguard.errors import ConfigurationError
-from effectguard.scope import CallScope
+from effectguard._scope import CallScope
 
 __all__ = [
     "as_tool",

@@ -48,10 +48,10 @@ from effectguard.adapters._common import (
     public_signature,
 )
 from effectguard.adapters._effect_tools import as_text, keyword_parameters, stand_in
-from effectguard.decorator import get_contract, is_effect
-from effectguard.decorator.templates import IdentityTemplate
+from effectguard._decorator import get_contract, is_effect
+from effectguard._decorator import IdentityTemplate
 from effectguard.errors import ConfigurationError, OperationConflictError, OutputNotStored
-from effectguard.scope import call_scoped
+from effectguard._scope import call_scoped
 
 try:
     from mcp.server.mcpserver import Context, MCPServer

@@ -52,10 +52,10 @@ from effectguard.adapters._common import (
     run_effect_async,
 )
 from effectguard.adapters._effect_tools import as_text, keyword_parameters, stand_in
-from effectguard.decorator import executor_of, operation_id_of
+from effectguard._decorator import executor_of, operation_id_of
 from effectguard.errors import ConfigurationError
-from effectguard.model import EffectStatus
-from effectguard.scope import CallScope, call_scope
+from effectguard._model import EffectStatus
+from effectguard._scope import CallScope, call_scope
 
 try:
     from agents import FunctionTool, RunContextWrapper, ToolsToFinalOutputResult, function_tool

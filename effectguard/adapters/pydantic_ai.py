@@ -48,10 +48,10 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard.decorator import get_contract
+from effectguard._decorator import get_contract
 from effectguard.errors import ConfigurationError
-from effectguard.fingerprint import redact_arguments
-from effectguard.scope import CallScope
+from effectguard._fingerprint import redact_arguments
+from effectguard._scope import CallScope
 
 try:
     from pydantic_ai import (

@@ -52,7 +52,7 @@ def export(
     status: EffectStatus | None, contract: str | None, limit: int, output: str | None
 ) -> None:
     """Write operations, most recently changed first, each followed by its events, as JSON lines."""
-    from effectguard.ledger.export import histories  # noqa: PLC0415 - loaded on use
+    from effectguard.operator._export import histories  # noqa: PLC0415 - loaded on use
 
     ledger = open_ledger()
     target = sys.stdout if output is None else _open(output)

@@ -16,8 +16,8 @@ from effectguard.cli._ops_click import OpsUsageError, json_option, refusals
 from effectguard.cli._ops_session import load_tools, open_ledger, operation, tools_option
 
 if TYPE_CHECKING:
-    from effectguard.executor.reprobe import ReprobeOutcome
-    from effectguard.recovery import RecoveryReport
+    from effectguard.operator._recover import ReprobeOutcome
+    from effectguard.operator._recover import RecoveryReport
 
 __all__ = ["reconcile", "reprobe"]
 
@@ -53,8 +53,8 @@ def reprobe(operation_id: str, tools: str | None, dry_run: bool, as_json: bool) 
     makes it dispatchable by its next call (never a QUARANTINED one); PENDING
     and UNKNOWN leave it. The probe's answer is recorded with your OS account.
     """
-    from effectguard.executor.reprobe import reprobe as run_reprobe  # noqa: PLC0415 - loaded on use
-    from effectguard.ledger.resolution import os_user  # noqa: PLC0415 - loaded on use
+    from effectguard.operator._recover import reprobe as run_reprobe  # noqa: PLC0415 - loaded on use
+    from effectguard.ledger._resolution import os_user  # noqa: PLC0415 - loaded on use
 
     index = load_tools(tools)
     if index is None:
@@ -143,7 +143,7 @@ def reconcile(
     Each is re-probed as `reprobe` does, in batches of at most --limit; a
     QUARANTINED one is closed only on COMMITTED evidence. Prints what changed.
     """
-    from effectguard.recovery import Recoverer  # noqa: PLC0415 - loaded on use
+    from effectguard.operator._recover import Recoverer  # noqa: PLC0415 - loaded on use
 
     index = load_tools(tools)
     if index is None:

@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from effectguard.model import EffectEvent, OperationRecord
+    from effectguard._model import EffectEvent, OperationRecord
 
 __all__ = ["trace_resolution"]
 

@@ -14,7 +14,7 @@ import effectguard
 from effectguard.cli._ops_click import OpsError, OpsUsageError, refusals
 
 if TYPE_CHECKING:
-    from effectguard.decorator.discovery import ToolIndex
+    from effectguard._decorator import ToolIndex
     from effectguard.ledger import EffectLedger
 
 __all__ = ["serve"]
@@ -136,7 +136,7 @@ def _open(target: str, busy_timeout: float, *, read_only: bool) -> EffectLedger:
 
 def _load_tools(tools: str | None) -> ToolIndex | None:
     """The tools named by --tools or $EFFECTGUARD_TOOLS, or None when neither names any."""
-    from effectguard.decorator.discovery import TOOLS_VARIABLE, load_tools  # noqa: PLC0415 - on use
+    from effectguard._decorator import TOOLS_VARIABLE, load_tools  # noqa: PLC0415 - on use
 
     if not (tools or os.environ.get(TOOLS_VARIABLE, "").strip()):
         return None

@@ -177,7 +177,7 @@ def _resolve(
     operation_id: str, action: str, tools: str | None, dry_run: bool, **fields: Any
 ) -> None:
     """Run one resolution through the library's checks; print what it recorded or would."""
-    from effectguard.operator_actions import resolve  # noqa: PLC0415 - loaded only by a resolution
+    from effectguard.operator._resolve import resolve  # noqa: PLC0415 - loaded only by a resolution
 
     index = load_tools(tools)
     ledger = open_ledger(write=not dry_run)
@@ -341,7 +341,7 @@ def _with_archive(
     """``report`` with the problems of the chains archived in ``archive_file``, and their count."""
     import dataclasses  # noqa: PLC0415 - loaded on use
 
-    from effectguard.ledger import retention  # noqa: PLC0415 - loaded on use
+    from effectguard.ledger import _retention as retention  # noqa: PLC0415 - loaded on use
 
     tombstones = getattr(ledger, "tombstones", None)
     if tombstones is None:

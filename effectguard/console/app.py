@@ -39,11 +39,11 @@ from effectguard.console.resolve import (
 )
 from effectguard.console.security import AccessGuard
 from effectguard.errors import EffectGuardError
-from effectguard.ledger.resolution import os_user
-from effectguard.model import EffectStatus
+from effectguard.ledger._resolution import os_user
+from effectguard._model import EffectStatus
 
 if TYPE_CHECKING:
-    from effectguard.decorator.discovery import ToolIndex
+    from effectguard._decorator import ToolIndex
     from effectguard.ledger import EffectLedger
     from effectguard.runtime import RunView
 
@@ -227,7 +227,7 @@ def _pretty(value: Any) -> str:
 
 def _chain_check(record: Any, events: list[Any]) -> list[str]:
     """Problems with this operation's own hash chain (empty when whole)."""
-    from effectguard.ledger.chain import check  # noqa: PLC0415 - the chain check of one operation
+    from effectguard.ledger._chain import check  # noqa: PLC0415 - the chain check of one operation
 
     problems = check(
         record.operation_id, record.event_count, record.event_head, events, record.status.value

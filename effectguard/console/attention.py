@@ -10,11 +10,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from effectguard.model import EffectStatus
+from effectguard._model import EffectStatus
 
 if TYPE_CHECKING:
     from effectguard.ledger import EffectLedger
-    from effectguard.model import OperationRecord
+    from effectguard._model import OperationRecord
 
 __all__ = ["ATTENTION_STATUSES", "AttentionPage", "needs_attention"]
 

@@ -1,7 +1,7 @@
 """An operator's resolution as the console receives it: parsed, checked, then applied.
 
 The console writes only through the functions ``agent-effect-ops`` uses
-(:mod:`effectguard.operator_actions` and the re-probe of
+(:mod:`effectguard.operator` and the re-probe of
 :mod:`effectguard.executor.reprobe`), so its resolutions obey exactly the
 rules, checks and dry runs, and leave exactly the audit trail, of the CLI. A
 form that is incomplete or malformed is refused before the ledger is touched.
@@ -13,14 +13,14 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from effectguard import operator_actions
+from effectguard import operator as operator_actions
 from effectguard.errors import EffectGuardError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from effectguard.decorator.discovery import ToolIndex
-    from effectguard.executor.reprobe import ReprobeOutcome
+    from effectguard._decorator import ToolIndex
+    from effectguard.operator._recover import ReprobeOutcome
     from effectguard.ledger import EffectLedger
 
 __all__ = ["ACTIONS", "Resolution", "ResolutionRefused", "parse_resolution", "reprobe", "resolve"]
@@ -127,7 +127,7 @@ def reprobe(
     ledger: EffectLedger, operation_id: str, tools: ToolIndex, *, actor: str, dry_run: bool
 ) -> ReprobeOutcome:
     """Run the operation's probe now, as ``agent-effect-ops reprobe`` does; never dispatches."""
-    from effectguard.executor.reprobe import reprobe as run_reprobe  # noqa: PLC0415 - on use
+    from effectguard.operator._recover import reprobe as run_reprobe  # noqa: PLC0415 - on use
 
     try:
         record = ledger.get(operation_id)

@@ -1,4 +1,12 @@
-"""Ledger backends, the protocol they implement, and :func:`open_ledger` to pick one."""
+"""Ledgers: the protocol every backend implements, the records they keep, and :func:`open_ledger`.
+
+The backends are :mod:`effectguard.ledger.sqlite` (one host, the default) and
+:mod:`effectguard.ledger.postgres` (several hosts; ``effectguard[postgres]``),
+each imported only when chosen. The write primitives (:class:`NewOperation`,
+:class:`Expect`, :class:`Changes`, :class:`EventDraft`, :class:`Lease`) are
+what a backend of one's own receives; every backend passes the same
+conformance suite.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,50 @@ import re
 from pathlib import Path
 from typing import Any
 
+from effectguard._model import (
+    EffectEvent,
+    EventType,
+    LeaseOwner,
+    OperationRecord,
+    OverlapHolder,
+    VerifyProblem,
+    VerifyReport,
+)
 from effectguard.errors import ConfigurationError
-from effectguard.ledger.anchor import AnchorHead
-from effectguard.ledger.protocol import EffectLedger
+from effectguard.ledger._chain import AnchorHead
+from effectguard.ledger._protocol import (
+    UNSET,
+    Changes,
+    EffectLedger,
+    EventDraft,
+    Expect,
+    Lease,
+    NewOperation,
+    Prunable,
+)
+from effectguard.ledger._retention import PruneReport, Tombstone
 
-__all__ = ["AnchorHead", "EffectLedger", "open_ledger"]
+__all__ = [
+    "UNSET",
+    "AnchorHead",
+    "Changes",
+    "EffectEvent",
+    "EffectLedger",
+    "EventDraft",
+    "EventType",
+    "Expect",
+    "Lease",
+    "LeaseOwner",
+    "NewOperation",
+    "OperationRecord",
+    "OverlapHolder",
+    "Prunable",
+    "PruneReport",
+    "Tombstone",
+    "VerifyProblem",
+    "VerifyReport",
+    "open_ledger",
+]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 _DRIVERS = frozenset({"psycopg", "psycopg_pool"})

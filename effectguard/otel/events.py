@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from effectguard.executor import Transition
-from effectguard.fingerprint import canonical_json
-from effectguard.model import EffectStatus
+from effectguard._executor import Transition
+from effectguard._fingerprint import canonical_json
+from effectguard._model import EffectStatus
 from effectguard.otel import names
 
 __all__ = ["Event", "argument_attributes", "error_type", "events_of", "result_attributes"]

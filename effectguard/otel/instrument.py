@@ -10,8 +10,8 @@ from typing import Any, Self
 from opentelemetry import trace
 
 from effectguard.errors import ConfigurationError
-from effectguard.executor import EffectExecutor
-from effectguard.executor.observe import observe_everywhere
+from effectguard._executor import EffectExecutor
+from effectguard._executor._observe import observe_everywhere
 from effectguard.otel.spans import EffectTelemetry
 
 __all__ = ["Instrumentation", "instrument"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from opentelemetry import metrics, trace
 
 from effectguard import __version__
-from effectguard.model import EffectEvent, EffectStatus
+from effectguard._model import EffectEvent, EffectStatus
 from effectguard.otel import names
 from effectguard.otel.metrics import Instruments
 

@@ -26,11 +26,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from effectguard import __version__
-from effectguard.executor import CallStart, Transition
-from effectguard.model import EffectStatus
+from effectguard._executor import CallStart, Transition
+from effectguard._model import EffectStatus
 from effectguard.otel import events, names
 from effectguard.otel.metrics import Instruments
-from effectguard.scope import CallScope
+from effectguard._scope import CallScope
 
 __all__ = ["EffectTelemetry"]
 

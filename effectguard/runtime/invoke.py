@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from effectguard.config import use_executor
-from effectguard.contract import OutputCodec
+from effectguard._decorator import use_executor
+from effectguard._contract import OutputCodec
 from effectguard.errors import (
     ConfigurationError,
     EffectRejected,
@@ -29,8 +29,8 @@ from effectguard.errors import (
     OperationConflictError,
     RuntimeStateError,
 )
-from effectguard.executor import EffectExecutor, Transition, observing
-from effectguard.model import EffectResult, EffectStatus
+from effectguard._executor import EffectExecutor, Transition, observing
+from effectguard._model import EffectResult, EffectStatus
 from effectguard.runtime.tools import ToolDefinition
 
 __all__ = [

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from effectguard.model import EffectStatus
+from effectguard._model import EffectStatus
 from effectguard.runtime.llm import Message, ToolCall
-from effectguard.scope import CallScope
+from effectguard._scope import CallScope
 
 __all__ = ["ApprovalRequest", "CallPhase", "PendingCall", "RunRecord", "RunResult", "RunState"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from effectguard.errors import RunNotFoundError
-from effectguard.model import EffectStatus
+from effectguard._model import EffectStatus
 from effectguard.runtime.state import ApprovalRequest, RunRecord, RunState
 
 if TYPE_CHECKING:

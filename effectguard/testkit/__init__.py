@@ -1,14 +1,14 @@
 """Fault injection for effectguard: fake providers that count what they commit, and fault plans.
 
 Scenarios (:mod:`effectguard.testkit.scenarios`), the fault matrix
-(:mod:`effectguard.testkit.matrix`), the strategy study
-(:mod:`effectguard.testkit.study`) and the pytest plugin
+(:mod:`proofs.matrix`), the strategy study
+(:mod:`proofs.study`) and the pytest plugin
 (:mod:`effectguard.testkit.pytest_plugin`) are built on these. The SMTP test
 server needs ``aiosmtpd``, so it is imported from its own module,
 :mod:`effectguard.testkit.servers.smtp`.
 """
 
-from effectguard.executor.pacing import seeded_jitter
+from effectguard._executor._machine import seeded_jitter
 from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.fakes import (
     FakeEmailProvider,

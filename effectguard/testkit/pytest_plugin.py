@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from effectguard.executor import EffectExecutor
+from effectguard._executor import EffectExecutor
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.fakes.base import FakeProvider

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from effectguard import INJECTED, EffectExecutor, effect, open_ledger
-from effectguard.ledger import EffectLedger
+from effectguard import EffectLedger
 from effectguard.testkit import FakeEmailProvider, FakePaymentProvider, Fault, FaultPlan, Lookup
 
 CAPTURE_OPERATION = "invoice:{invoice_id}:capture"

@@ -17,7 +17,7 @@ from typing import Any
 from extras_support import import_extra
 
 from effectguard import INJECTED, EffectExecutor, EffectStatus, SQLiteEffectLedger, effect
-from effectguard.model import OperationRecord
+from effectguard._model import OperationRecord
 from effectguard.testkit import FakeEmailProvider, FakePaymentProvider
 
 pydantic_ai = import_extra("pydantic_ai", "pydantic-ai")

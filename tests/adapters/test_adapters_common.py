@@ -37,8 +37,8 @@ from effectguard.adapters import (
     run_effect_async,
 )
 from effectguard.errors import OperationNotFoundError
-from effectguard.ledger import open_ledger
-from effectguard.scope import CallScope
+from effectguard import open_ledger
+from effectguard import CallScope
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import Fault, FaultPlan

@@ -16,7 +16,7 @@ from effect_shop import confirm_with_ledger, open_shop
 from extras_support import import_extra
 
 from effectguard import INJECTED, effect
-from effectguard.decorator import executor_of
+from effectguard._decorator import executor_of
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 agents = import_extra("agents", "openai-agents")

@@ -20,8 +20,9 @@ from pydantic_ai_support import (
 
 from effectguard import EffectExecutor, EffectRejected, EffectStatus, SQLiteEffectLedger
 from effectguard.adapters.pydantic_ai import as_tool, settle_deferred
-from effectguard.errors import ConfigurationError, OperationNotFoundError
-from effectguard.fingerprint import REDACTED
+from effectguard import ConfigurationError
+from effectguard.errors import OperationNotFoundError
+from effectguard._fingerprint import REDACTED
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from postgres_support import import_psycopg
 
-from effectguard.bench._big import build
-from effectguard.bench._histories import QUARANTINE_EVERY, _capture, operation_id
-from effectguard.bench._site import Site, open_site
-from effectguard.bench._sqlite_site import SQLiteSite
-from effectguard.model import EffectEvent, EffectStatus, EventType
+from benchmarks._big import build
+from benchmarks._histories import QUARANTINE_EVERY, _capture, operation_id
+from benchmarks._site import Site, open_site
+from benchmarks._sqlite_site import SQLiteSite
+from effectguard._model import EffectEvent
+from effectguard import EffectStatus, EventType
 from effectguard.testkit import ManualClock
 
 SIZE = 250

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from effectguard.bench import _asyncio, _throughput
-from effectguard.bench._stats import percentile
-from effectguard.executor import EffectExecutor
-from effectguard.ledger import open_ledger
-from effectguard.model import EffectStatus
+from benchmarks import _asyncio, _throughput
+from benchmarks._stats import percentile
+from effectguard import EffectExecutor
+from effectguard import open_ledger
+from effectguard import EffectStatus
 
 
 def _confirmed(path: Path) -> list[str]:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from effectguard.bench import BenchConfig, BenchError
-from effectguard.bench._throughput import _threads
-from effectguard.executor import EffectExecutor
-from effectguard.ledger.sqlite import SQLiteEffectLedger
+from benchmarks import BenchConfig, BenchError
+from benchmarks._throughput import _threads
+from effectguard import EffectExecutor
+from effectguard import SQLiteEffectLedger
 
 
 def test_a_call_refused_by_a_locked_ledger_is_counted_as_a_lock_error(tmp_path: Path):

@@ -15,8 +15,8 @@ from click.testing import CliRunner, Result
 
 from effectguard import EffectContract, EffectExecutor, EffectLedger, EffectStatus
 from effectguard.cli.ops import main
-from effectguard.ledger import open_ledger
-from effectguard.operator_actions import UNCHECKED_OUTPUT
+from effectguard import open_ledger
+from effectguard.operator import UNCHECKED_OUTPUT
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 ARGS = {"invoice_id": "INV-1042", "amount_cents": 1250, "card_token": "tok_secret"}

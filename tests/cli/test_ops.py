@@ -19,7 +19,7 @@ from ops_helpers import ARGS, AUDIT, CONTRACT, KEY, OP, Run, parsed, quarantined
 import effectguard
 from effectguard import EffectContract, EffectExecutor, EffectLedger, EffectStatus, EventType
 from effectguard.cli.ops import main
-from effectguard.fingerprint import REDACTED
+from effectguard._fingerprint import REDACTED
 from effectguard.testkit import FakePaymentProvider
 
 # -- reading ---------------------------------------------------------------------------

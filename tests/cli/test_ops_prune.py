@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from effectguard import EffectExecutor, EffectPruned, EffectStatus, use_executor
-from effectguard.ledger.protocol import EffectLedger
+from effectguard import EffectLedger
 
 DAY = 86_400.0
 OLD = time.time() - 40 * DAY

@@ -11,7 +11,7 @@ from ops_helpers import protocol_snapshot
 from recovery_support import AUDIT, OP, Site, leave_uncertain, make_site
 
 from effectguard import EffectStatus, open_ledger
-from effectguard.output_shape import output_problem
+from effectguard.operator import output_problem
 
 CONFIRM = ("confirm", OP, "--provider-operation-id", "cap_000001", *AUDIT)
 
@@ -164,7 +164,7 @@ def test_output_problem_checks_the_declared_type(
 
 def test_output_problem_reads_a_dataclass_through_its_codec() -> None:
     """A dataclass output is rebuilt by the codec; a missing field is refused."""
-    from effectguard.codec import codec_for  # noqa: PLC0415 - beside its only use
+    from effectguard._codec import codec_for
 
     codec = codec_for(Receipt)
     assert output_problem({"id": "r1", "amount": 5}, Receipt, codec) is None

@@ -18,7 +18,7 @@ from effectguard import (
     ProbeStatus,
     effect,
 )
-from effectguard.recovery import Recoverer
+from effectguard.operator import Recoverer
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan
 
 
@@ -57,7 +57,7 @@ def test_recover_dry_run_writes_nothing(site: Site, ledger: EffectLedger) -> Non
 def test_recover_without_the_tool_reports_it_skipped(site: Site, ledger: EffectLedger) -> None:
     """An operation whose tool is not given is skipped with the reason, not guessed at."""
     leave_uncertain(site, ledger)
-    from effectguard.decorator.discovery import ToolIndex  # noqa: PLC0415 - beside its only use
+    from effectguard._decorator import ToolIndex
 
     report = effectguard.recover(ledger, tools=ToolIndex())
 

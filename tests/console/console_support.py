@@ -19,7 +19,7 @@ from effectguard import (
     effect,
     use_executor,
 )
-from effectguard.ledger import open_ledger
+from effectguard import open_ledger
 from effectguard.runtime import (
     AgentRuntime,
     RunState,

@@ -33,7 +33,7 @@ from selenium.webdriver.chrome.service import Service  # noqa: E402 - imported o
 from selenium.webdriver.common.by import By  # noqa: E402 - imported once the extra is known to be installed
 
 from effectguard import EffectStatus  # noqa: E402 - imported once the extra is known to be installed
-from effectguard.ledger import open_ledger  # noqa: E402 - imported once the extra is known to be installed
+from effectguard import open_ledger
 from effectguard.runtime import RunState  # noqa: E402 - imported once the extra is known to be installed
 
 pytestmark = pytest.mark.slow

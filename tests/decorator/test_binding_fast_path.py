@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from effectguard.decorator.binding import ToolShape
+from effectguard._decorator import ToolShape
 
 SHARED_DEFAULT: list[int] = []
 

@@ -14,7 +14,7 @@ from effectguard import (
     effect,
     use_executor,
 )
-from effectguard.config import default_executor
+from effectguard._decorator import default_executor
 
 
 @pytest.fixture(autouse=True)

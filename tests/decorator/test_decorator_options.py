@@ -16,7 +16,7 @@ from effectguard import (
     UnknownOutcomePolicy,
     effect,
 )
-from effectguard.decorator.options import DECORATOR_ONLY, RENAMED, contract_field, keyword_for
+from effectguard._decorator import DECORATOR_ONLY, RENAMED, contract_field, keyword_for
 
 #: Contract fields @effect computes from the function rather than taking as given.
 _DERIVED = {"name", "operation_id", "outcome_probe", "codec"}

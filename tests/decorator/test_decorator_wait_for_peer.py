@@ -14,10 +14,10 @@ from effectguard import (
     EffectInProgress,
     EffectLedger,
     EffectStatus,
-    OperationRecord,
     configure,
     effect,
 )
+from effectguard.ledger import OperationRecord
 from effectguard.testkit import FakePaymentProvider, ManualClock
 
 WAIT = 10.0

@@ -10,7 +10,7 @@ import pytest
 from support import ARGS, KEY, OPERATION, capture_contract, wait_until
 
 from effectguard import EffectExecutor, EffectStatus, EventType
-from effectguard.ledger.transitions import to_confirmed
+from effectguard.ledger._protocol import to_confirmed
 from effectguard.testkit import FakePaymentProvider, ManualClock
 
 DRIVERS = ["sync", "async"]

@@ -20,8 +20,8 @@ import pytest
 from support import ARGS, OPERATION, capture_contract, wait_until
 
 from effectguard import EffectExecutor, EffectRejected, EffectStatus, OutcomeProbeResult
-from effectguard.executor.lease import TOKENS
-from effectguard.model import EventType
+from effectguard._executor._leases import TOKENS
+from effectguard import EventType
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ProviderUnavailable
 
 
@@ -329,8 +329,8 @@ def test_an_unreadable_proc_entry_does_not_make_a_live_owner_gone(tmp_path):
     script = textwrap.dedent(
         """
         import resource, subprocess, sys
-        from effectguard.process import _start_time, current_owner, process_gone
-        from effectguard.model import LeaseOwner
+        from effectguard._process import _start_time, current_owner, process_gone
+        from effectguard._model import LeaseOwner
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
         me = current_owner()
         owner = LeaseOwner(me.host, me.boot_id, me.pid_namespace, child.pid,

@@ -21,7 +21,7 @@ from effectguard import (
     observe_effects,
     observing,
 )
-from effectguard.executor.observe import observe_everywhere
+from effectguard._executor import observe_everywhere
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ManualClock
 
 DRIVERS = ["sync", "async"]

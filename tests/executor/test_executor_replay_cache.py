@@ -20,12 +20,12 @@ from effectguard import (
     EffectLedger,
     EffectRejected,
     EffectStatus,
-    IllegalTransitionError,
     LedgerIntegrityError,
     OperationConflictError,
     OutputNotStored,
 )
-from effectguard.bench._counting import CountingLedger
+from effectguard.errors import IllegalTransitionError
+from benchmarks._counting import CountingLedger
 from effectguard.testkit import FakePaymentProvider, ManualClock
 
 FORGED = '{"amount_cents":1999,"id":"cap_999999","invoice_id":"INV-1042","status":"succeeded"}'

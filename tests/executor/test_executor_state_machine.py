@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from effectguard import EffectExecutor, EffectStatus, SQLiteEffectLedger
 from effectguard.errors import IllegalTransitionError, OperationNotFoundError
 from effectguard.testkit import Fault, FaultPlan, ManualClock
-from effectguard.testkit.matrix.kinds import ContractKind, Service, Setup, build_setup
+from effectguard.testkit._crash.kinds import ContractKind, Service, Setup, build_setup
 
 LEASE_SECONDS = 30.0
 WAIT = 30.0

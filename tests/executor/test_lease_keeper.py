@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from effectguard.executor.lease import LeaseKeeper
+from effectguard._executor._leases import LeaseKeeper
 
 
 class RenewalLog:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from effectguard import OutcomeProbeResult, UnknownOutcomePolicy
-from effectguard.executor.reconcile import Verdict, decide
+from effectguard._executor._machine import Verdict, decide
 
 COMMITTED = OutcomeProbeResult.committed({"id": "x"})
 NOT_COMMITTED = OutcomeProbeResult.not_committed()

@@ -16,9 +16,9 @@ import pytest
 from support import ARGS, OPERATION, capture_contract
 
 from effectguard import EffectExecutor, EffectStatus, EventType, SQLiteEffectLedger
-from effectguard.decorator.discovery import FoundTool, ToolIndex
-from effectguard.executor.reprobe import ReprobeAction, reprobe
-from effectguard.recovery import Recoverer
+from effectguard._decorator import FoundTool, ToolIndex
+from effectguard.operator import ReprobeAction, reprobe
+from effectguard.operator import Recoverer
 from effectguard.testkit import FakePaymentProvider, Lookup
 
 CHILD = Path(__file__).parents[1] / "child_worker.py"

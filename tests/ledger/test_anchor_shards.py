@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from effectguard.ledger import anchor
-from effectguard.ledger.anchor import AnchorHead
+from effectguard.ledger import _chain as anchor
+from effectguard.ledger import AnchorHead
 
 
 def shard_rows(shard: int, operation_ids: list[str]) -> list[tuple[object, ...]]:

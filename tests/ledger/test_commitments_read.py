@@ -13,9 +13,9 @@ import pytest
 from support import ARGS, OPERATION, capture_contract
 
 from effectguard import EffectExecutor, EffectLedger, EffectStatus, InvalidRequestError
-from effectguard.ledger.delegating import DelegatingLedger
-from effectguard.ledger.protocol import read_commitments
-from effectguard.model import EffectEvent
+from effectguard.testkit._ledgers import DelegatingLedger
+from effectguard.ledger._protocol import read_commitments
+from effectguard._model import EffectEvent
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan
 
 

@@ -10,12 +10,14 @@ import pytest
 from support import ARGS, OPERATION, capture_contract
 
 from effectguard import EffectExecutor, EffectStatus
-from effectguard.bench._counting import CountingLedger
-from effectguard.ledger import open_ledger
-from effectguard.ledger.delegating import DelegatingLedger
-from effectguard.ledger.protocol import EffectLedger, Prunable, claims_first
+from benchmarks._counting import CountingLedger
+from effectguard import open_ledger
+from effectguard.testkit._ledgers import DelegatingLedger
+from effectguard import EffectLedger
+from effectguard.ledger import Prunable
+from effectguard.ledger._protocol import claims_first
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan
-from effectguard.testkit.matrix.contention import FenceCounter
+from proofs.matrix.contention import FenceCounter
 
 #: Every method the EffectLedger protocol names, read from the protocol itself.
 PROTOCOL_METHODS = sorted(

@@ -21,22 +21,18 @@ from _ledger_samples import (
     operation,
 )
 
-from effectguard.errors import (
-    FencedWriteError,
-    InvalidRequestError,
-    LedgerUnavailableError,
-    OperationNotFoundError,
-)
-from effectguard.ledger.chain import from_micros
-from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease
-from effectguard.model import EffectStatus, EventType
+from effectguard.errors import FencedWriteError, OperationNotFoundError
+from effectguard import InvalidRequestError, LedgerUnavailableError
+from effectguard.ledger._chain import from_micros
+from effectguard.ledger import Changes, EventDraft, Expect, Lease
+from effectguard import EffectStatus, EventType
 
 # -- claim ---------------------------------------------------------------------------------
 
 
 def test_claim_creates_the_operation_once_and_durably(ledger, make_ledger, clock):
     """A claim creates a DISPATCHED row under its lease, visible to another handle at once."""
-    record, created = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    record, created = ledger.claim(operation(), now=clock())
     assert created
     assert record.status is DISPATCHED
     assert (record.attempts, record.attempt_budget, record.event_count) == (1, 3, 2)
@@ -52,10 +48,10 @@ def test_claim_creates_the_operation_once_and_durably(ledger, make_ledger, clock
 
 def test_second_claim_returns_the_existing_record_unchanged(ledger, clock):
     """Claiming a taken operation id returns the stored record and writes nothing."""
-    first, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    first, _ = ledger.claim(operation(), now=clock())
     clock.advance(5)
     again, created = ledger.claim(
-        operation(token=TOKEN_B, fingerprint="0" * 64), CLAIM_EVENTS, now=clock()
+        operation(token=TOKEN_B, fingerprint="0" * 64), now=clock()
     )
     assert not created
     assert again.lease_token == TOKEN_A
@@ -75,7 +71,7 @@ def test_concurrent_claims_create_exactly_one(ledger, clock):
         try:
             barrier.wait()
             record, created = ledger.claim(
-                operation(token=f"token-{index}"), CLAIM_EVENTS, now=clock()
+                operation(token=f"token-{index}"), now=clock()
             )
             results.append((record.lease_token, created))
         except BaseException as exc:
@@ -96,7 +92,7 @@ def test_concurrent_claims_create_exactly_one(ledger, clock):
 def test_claim_times_are_aware_utc_to_the_microsecond(ledger):
     """Record and event times are timezone-aware UTC, exact to the microsecond given."""
     now = 1_800_000_000.123456
-    record, _ = ledger.claim(operation(seconds=2.5), CLAIM_EVENTS, now=now)
+    record, _ = ledger.claim(operation(seconds=2.5), now=now)
     moment = from_micros(1_800_000_000_123_456)
     assert record.created_at == record.updated_at == record.first_dispatched_at == moment
     assert record.created_at.utcoffset() == timedelta(0)
@@ -106,7 +102,7 @@ def test_claim_times_are_aware_utc_to_the_microsecond(ledger):
 
 def test_claim_without_now_uses_the_ledgers_own_clock(ledger):
     """Without ``now`` the ledger's clock dates the claim and starts its lease."""
-    record, _ = ledger.claim(operation(seconds=30), CLAIM_EVENTS)
+    record, _ = ledger.claim(operation(seconds=30))
     assert record.lease_live
     assert record.created_at.tzinfo is not None
     assert record.created_at.astimezone(UTC) == record.created_at
@@ -118,7 +114,7 @@ def test_claim_without_now_uses_the_ledgers_own_clock(ledger):
 def test_a_ledger_clock_replaces_its_own_when_no_now_is_given(make_ledger, clock):
     """``clock=`` dates writes and judges leases whenever a call passes no ``now``."""
     ledger = make_ledger(clock=clock)
-    record, _ = ledger.claim(operation(seconds=10), CLAIM_EVENTS)
+    record, _ = ledger.claim(operation(seconds=10))
     assert record.created_at == from_micros(round(clock() * 1_000_000))
     clock.advance(11)
     assert not ledger.get(record.operation_id).lease_live
@@ -129,7 +125,7 @@ def test_a_ledger_clock_replaces_its_own_when_no_now_is_given(make_ledger, clock
 
 def test_transition_applies_changes_and_events_together(ledger, clock):
     """A transition sets the changed fields and appends its events in one write."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     clock.advance(3)
     record = ledger.transition(
         claimed.operation_id,
@@ -165,7 +161,7 @@ def test_transition_applies_changes_and_events_together(ledger, clock):
 
 def test_transition_keeps_the_fields_it_does_not_change(ledger, clock):
     """Fields left UNSET keep their stored values, the lease included."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     record = ledger.transition(
         claimed.operation_id,
         Expect(lease_token=TOKEN_A),
@@ -183,7 +179,7 @@ def test_transition_keeps_the_fields_it_does_not_change(ledger, clock):
 
 def test_transition_installs_a_new_lease_from_its_now(ledger, clock):
     """A new lease takes its token and owner, and expires ``seconds`` after the write's now."""
-    claimed, _ = ledger.claim(operation(seconds=30), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(seconds=30), now=clock())
     clock.advance(100)
     record = ledger.transition(
         claimed.operation_id,
@@ -201,7 +197,7 @@ def test_transition_installs_a_new_lease_from_its_now(ledger, clock):
 
 def test_stored_json_comes_back_exactly_as_written(ledger, clock):
     """Outputs, arguments and evidence keep their exact JSON text, so hashes still verify."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     output = '{"amount":1.0,"big":1e+20,"name":"Zoë","nested":{"b":[1,2.5,null]}}'
     evidence = {"big": 1e20, "tiny": 1.5e-7, "text": "naïve \u2603 \U0001f600", "nul": "a\x00b"}
     ledger.transition(
@@ -234,7 +230,7 @@ FENCES = {
 def test_fenced_writes_are_refused_and_change_nothing(ledger, clock, case):
     """A write whose expectation no longer holds raises FencedWriteError and writes nothing."""
     expect, reason = FENCES[case]
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     with pytest.raises(FencedWriteError, match=reason):
         ledger.transition(
             claimed.operation_id,
@@ -249,7 +245,7 @@ def test_fenced_writes_are_refused_and_change_nothing(ledger, clock, case):
 
 def test_a_transition_whose_events_cannot_be_stored_changes_nothing(ledger, ledger_sql, clock):
     """When the events cannot be written, the row keeps its old values: both or neither."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     # A stray third event makes the transition's own third event collide.
     ledger_sql(
         "INSERT INTO events SELECT operation_id, 3, type, from_status, to_status, attempt,"
@@ -277,7 +273,7 @@ def test_transition_of_an_unknown_operation_is_not_found(ledger, clock):
 
 def test_an_expired_lease_is_taken_over_and_its_holder_fenced(ledger, clock):
     """After expiry another writer takes the lease; the old holder's writes and renewals fail."""
-    claimed, _ = ledger.claim(operation(seconds=30), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(seconds=30), now=clock())
     clock.advance(31)
     taken = ledger.transition(
         claimed.operation_id,
@@ -301,7 +297,7 @@ def test_an_expired_lease_is_taken_over_and_its_holder_fenced(ledger, clock):
 
 def test_racing_writers_with_one_expectation_succeed_once(ledger, clock):
     """Of threads racing to take one lease with the same expectation, exactly one wins."""
-    claimed, _ = ledger.claim(operation(seconds=30), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(seconds=30), now=clock())
     clock.advance(60)
     barrier = threading.Barrier(6)
     outcomes: list[str] = []
@@ -335,7 +331,7 @@ def test_racing_writers_with_one_expectation_succeed_once(ledger, clock):
 
 def test_unfenced_writers_racing_each_extend_the_chain(ledger, clock):
     """Concurrent writes that expect nothing all apply, each on the chain head before it."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     barrier = threading.Barrier(6)
     errors: list[BaseException] = []
 
@@ -369,7 +365,7 @@ def test_unfenced_writers_racing_each_extend_the_chain(ledger, clock):
 
 def test_renew_extends_the_lease_from_now(ledger, clock):
     """Renewing sets the expiry to ``now + seconds`` and keeps the lease live past the old one."""
-    claimed, _ = ledger.claim(operation(seconds=30), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(seconds=30), now=clock())
     ledger.renew(claimed.operation_id, TOKEN_A, 30, now=clock() + 20)
     record = ledger.get(claimed.operation_id, now=clock() + 40)
     assert record.lease_live
@@ -379,7 +375,7 @@ def test_renew_extends_the_lease_from_now(ledger, clock):
 
 def test_renew_by_a_token_that_does_not_hold_the_lease_is_refused(ledger, clock):
     """Renewing with another token, or an unknown operation, is refused and changes nothing."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     with pytest.raises(FencedWriteError):
         ledger.renew(claimed.operation_id, TOKEN_Z, 300, now=clock())
     with pytest.raises(FencedWriteError):
@@ -389,7 +385,7 @@ def test_renew_by_a_token_that_does_not_hold_the_lease_is_refused(ledger, clock)
 
 def test_renew_without_now_counts_from_the_ledgers_clock(ledger):
     """Without ``now`` a renewal starts from the ledger's own current time."""
-    claimed, _ = ledger.claim(operation(seconds=30), CLAIM_EVENTS)
+    claimed, _ = ledger.claim(operation(seconds=30))
     ledger.renew(claimed.operation_id, TOKEN_A, 600)
     record = ledger.get(claimed.operation_id)
     assert record.lease_expires_at >= claimed.created_at + timedelta(seconds=600)
@@ -397,7 +393,7 @@ def test_renew_without_now_counts_from_the_ledgers_clock(ledger):
 
 def test_lease_liveness_follows_the_injected_now(ledger, clock):
     """A lease is live strictly before its expiry and expired from that instant on."""
-    claimed, _ = ledger.claim(operation(seconds=30), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(seconds=30), now=clock())
     assert ledger.get(claimed.operation_id, now=clock() + 29.999999).lease_live
     assert not ledger.get(claimed.operation_id, now=clock() + 30).lease_live
     expect = Expect(lease_expired=True)
@@ -428,7 +424,7 @@ def test_reads_of_an_unknown_operation_are_empty(ledger):
 def test_list_operations_is_newest_first_and_filters(ledger, clock):
     """Listing orders by last update, newest first, filtered by status and contract."""
     for index, contract in enumerate(["capture", "refund", "capture", "refund"]):
-        ledger.claim(operation(f"op-{index}", contract=contract), CLAIM_EVENTS, now=clock() + index)
+        ledger.claim(operation(f"op-{index}", contract=contract), now=clock() + index)
     ledger.transition(
         "op-0",
         Expect(lease_token=TOKEN_A),
@@ -452,12 +448,12 @@ def test_list_operations_is_newest_first_and_filters(ledger, clock):
 def test_a_closed_ledger_refuses_to_serve(make_ledger, clock):
     """Every call on a closed ledger raises LedgerUnavailableError."""
     ledger = make_ledger()
-    ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    ledger.claim(operation(), now=clock())
     ledger.close()
     with pytest.raises(LedgerUnavailableError):
         ledger.get("invoice:INV-1:capture")
     with pytest.raises(LedgerUnavailableError):
-        ledger.claim(operation("op-2"), CLAIM_EVENTS, now=clock())
+        ledger.claim(operation("op-2"), now=clock())
 
 
 def test_many_handles_opening_a_fresh_ledger_at_once_all_work(make_ledger, clock):
@@ -468,7 +464,7 @@ def test_many_handles_opening_a_fresh_ledger_at_once_all_work(make_ledger, clock
     def open_and_claim(index: int) -> None:
         try:
             barrier.wait()
-            make_ledger().claim(operation(f"op-{index}"), CLAIM_EVENTS, now=clock())
+            make_ledger().claim(operation(f"op-{index}"), now=clock())
         except BaseException as exc:
             errors.append(exc)
 

@@ -6,7 +6,7 @@ import pytest
 from _ledger_samples import CLAIM_EVENTS, operation, quarantine, three_operations
 
 from effectguard.errors import IllegalTransitionError
-from effectguard.model import EffectStatus, EventType
+from effectguard import EffectStatus, EventType
 
 # -- verify ----------------------------------------------------------------------------------
 
@@ -98,7 +98,7 @@ def test_verify_detects_a_row_whose_status_disagrees_with_its_history(ledger, le
 
 def test_operator_confirm_records_the_output_and_the_audit(ledger, clock):
     """An operator confirmation stores the output to replay and who vouched for it."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     quarantine(ledger, claimed.operation_id, clock())
     record = ledger.confirm(
         claimed.operation_id,
@@ -120,7 +120,7 @@ def test_operator_confirm_records_the_output_and_the_audit(ledger, clock):
 
 def test_operator_retry_authorization_allows_one_more_attempt(ledger, clock):
     """Authorizing a retry moves the operation to PREPARED with a budget of one more attempt."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     quarantine(ledger, claimed.operation_id, clock())
     record = ledger.authorize_retry(
         claimed.operation_id,
@@ -135,7 +135,7 @@ def test_operator_retry_authorization_allows_one_more_attempt(ledger, clock):
 
 def test_operator_actions_that_make_no_sense_are_refused(ledger, clock):
     """Rejecting a confirmed operation is refused and leaves it as it was."""
-    claimed, _ = ledger.claim(operation(), CLAIM_EVENTS, now=clock())
+    claimed, _ = ledger.claim(operation(), now=clock())
     quarantine(ledger, claimed.operation_id, clock())
     ledger.reject(claimed.operation_id, actor="ops", reason="declined", evidence_reference="T-2")
     before = ledger.get(claimed.operation_id, now=clock())

@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 from _ledger_samples import CLAIM_EVENTS, TOKEN_A, event, operation
 
-from effectguard.errors import InvalidRequestError
-from effectguard.ledger import chain, schema
-from effectguard.ledger.protocol import Changes, EffectLedger, Expect
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.model import EffectEvent, EffectStatus, OperationRecord
+from effectguard import InvalidRequestError
+from effectguard.ledger import _chain as chain
+from effectguard.ledger import _rows as schema
+from effectguard.ledger import Changes, Expect
+from effectguard import EffectLedger
+from effectguard import SQLiteEffectLedger
+from effectguard._model import EffectEvent, OperationRecord
+from effectguard import EffectStatus
 
 
 def _stored_columns(backend: str, target: str) -> dict[str, tuple[str, ...]]:
@@ -31,7 +34,7 @@ def _stored_columns(backend: str, target: str) -> dict[str, tuple[str, ...]]:
             conn.close()
     import psycopg  # noqa: PLC0415 - only the PostgreSQL run needs it
 
-    from effectguard.ledger.postgres.sql import split_target  # noqa: PLC0415 - needs psycopg
+    from effectguard.ledger.postgres import split_target
 
     conninfo, name = split_target(target, None)
     with psycopg.connect(conninfo) as conn:
@@ -50,7 +53,7 @@ def _stored_columns(backend: str, target: str) -> dict[str, tuple[str, ...]]:
 
 def test_both_backends_store_the_schema_modules_columns(ledger, backend, ledger_target):
     """Each backend's tables have exactly the schema module's columns, in its order."""
-    ledger.claim(operation(), CLAIM_EVENTS)
+    ledger.claim(operation())
     rows = schema.SQLITE if backend == "sqlite" else schema.POSTGRES
     assert rows.operation_columns == tuple(
         column.name_in(backend) for column in schema.OPERATION_COLUMNS
@@ -70,7 +73,7 @@ def test_the_postgres_statements_take_their_columns_from_the_schema_module():
 
 def test_a_record_survives_the_row_mapper_both_ways(ledger, backend):
     """row() then record() gives back the record a ledger read, on both storage forms."""
-    ledger.claim(operation(), CLAIM_EVENTS)
+    ledger.claim(operation())
     stored = ledger.transition(
         "invoice:INV-1:capture",
         Expect(lease_token=TOKEN_A),
@@ -86,7 +89,7 @@ def test_a_record_survives_the_row_mapper_both_ways(ledger, backend):
 
 def test_verify_on_both_backends_hashes_through_the_chain_module(ledger, monkeypatch):
     """verify() checks every hash with chain.chain_hash: replacing it breaks every chain."""
-    ledger.claim(operation(), CLAIM_EVENTS)
+    ledger.claim(operation())
     assert ledger.verify().ok
     monkeypatch.setattr(chain, "chain_hash", lambda previous, document: b"other")
     problems = ledger.verify().problems
@@ -98,7 +101,7 @@ def test_verify_on_both_backends_hashes_through_the_chain_module(ledger, monkeyp
 
 def test_verify_and_chain_check_agree_on_an_edited_event(ledger, ledger_sql):
     """An edited event: verify() and chain.check over events() report the same break."""
-    ledger.claim(operation(), CLAIM_EVENTS)
+    ledger.claim(operation())
     ledger_sql(
         "UPDATE events SET attempt = 5 WHERE operation_id = ? AND seq = 2", "invoice:INV-1:capture"
     )
@@ -119,7 +122,7 @@ def test_verify_and_chain_check_agree_on_an_edited_event(ledger, ledger_sql):
 
 
 def _written(ledger: EffectLedger, operation_id: str) -> tuple[OperationRecord, list[EffectEvent]]:
-    ledger.claim(operation(operation_id), CLAIM_EVENTS)
+    ledger.claim(operation(operation_id))
     ledger.transition(
         operation_id,
         Expect(lease_token=TOKEN_A),
@@ -166,7 +169,7 @@ def test_a_bulk_loaded_ledger_keeps_anchoring_claims_and_later_loads(ledger, loa
     """
     first = [_written(ledger, f"op-{index}") for index in range(3)]
     assert loader.bulk_load(first) == 3
-    loader.claim(operation("op-claimed"), CLAIM_EVENTS)
+    loader.claim(operation("op-claimed"))
     second = [_written(ledger, f"op-later-{index}") for index in range(2)]
     assert loader.bulk_load(second) == 2
     report = loader.verify()

@@ -14,9 +14,9 @@ import pytest
 from _ledger_samples import CLAIM_EVENTS, OWNER, TOKEN_A, TOKEN_B, event, operation
 
 from effectguard.errors import FencedWriteError
-from effectguard.ledger.postgres.recent import RECENT_SECONDS, Recent
-from effectguard.ledger.protocol import Changes, Expect, Lease
-from effectguard.model import EffectStatus, EventType
+from effectguard.ledger.postgres import RECENT_SECONDS, Recent
+from effectguard.ledger import Changes, Expect, Lease
+from effectguard import EffectStatus, EventType
 
 OP = "invoice:INV-1:capture"
 
@@ -48,7 +48,7 @@ def test_a_write_from_a_stale_view_is_fenced_and_changes_nothing(make_ledger, cl
     now = clock() if clocked else None
     first, second = make_ledger(), make_ledger()
     assert first.get(OP, now=now) is None  # as the executor reads before it claims
-    first.claim(operation(), CLAIM_EVENTS, now=now)
+    first.claim(operation(), now=now)
     take_over(second, now)
     with pytest.raises(FencedWriteError, match="lease token is not the writer's"):
         confirm(first, now=now)
@@ -69,7 +69,7 @@ def test_a_write_from_a_view_behind_the_rows_events_extends_the_real_chain(
     now = clock() if clocked else None
     first, second = make_ledger(), make_ledger()
     assert first.get(OP, now=now) is None  # as the executor reads before it claims
-    first.claim(operation(), CLAIM_EVENTS, now=now)
+    first.claim(operation(), now=now)
     take_over(second, now)
     record = confirm(first, token=TOKEN_B, now=now)
     assert (record.status, record.event_count) == (EffectStatus.CONFIRMED, 4)
@@ -91,7 +91,7 @@ def test_a_view_that_passes_the_fence_but_misses_an_event_still_chains_correctly
     now = clock() if clocked else None
     first, second = make_ledger(), make_ledger()
     assert first.get(OP, now=now) is None  # as the executor reads before it claims
-    first.claim(operation(), CLAIM_EVENTS, now=now)
+    first.claim(operation(), now=now)
     second.transition(
         OP,
         Expect(event_count=2),
@@ -109,7 +109,7 @@ def test_a_view_that_passes_the_fence_but_misses_an_event_still_chains_correctly
 def test_a_renewal_in_between_does_not_stop_the_holders_write(ledger):
     """A write from the claim's view applies after a renewal (which changes no event)."""
     assert ledger.get(OP) is None
-    ledger.claim(operation(), CLAIM_EVENTS)
+    ledger.claim(operation())
     ledger.renew(OP, TOKEN_A, 60.0)
     record = confirm(ledger)
     assert (record.status, record.lease_token, record.event_count) == (
@@ -124,8 +124,8 @@ def test_a_claim_after_seeing_nothing_returns_what_another_handle_created(make_l
     """Read absent, created elsewhere, then claimed: the claim returns the other's record."""
     first, second = make_ledger(), make_ledger()
     assert first.get(OP) is None
-    second.claim(operation(token=TOKEN_B), CLAIM_EVENTS)
-    record, created = first.claim(operation(), CLAIM_EVENTS)
+    second.claim(operation(token=TOKEN_B))
+    record, created = first.claim(operation())
     assert not created
     assert (record.lease_token, record.event_count) == (TOKEN_B, 2)
     assert len(first.events(OP)) == 2
@@ -135,7 +135,7 @@ def test_events_written_on_the_ledgers_clock_are_in_order_and_current(ledger):
     """Read, claim and confirm on the ledger's own clock: event times never go backwards."""
     started = datetime.now(UTC)
     assert ledger.get(OP) is None
-    ledger.claim(operation(), CLAIM_EVENTS)
+    ledger.claim(operation())
     confirm(ledger)
     times = [item.at for item in ledger.events(OP)]
     assert times == sorted(times)

@@ -13,8 +13,8 @@ import pytest
 from support import ARGS, capture_contract
 
 from effectguard import EffectExecutor, EffectLedger, EffectStatus
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.ledger.sqlite.migrations import SCHEMA_VERSION
+from effectguard import SQLiteEffectLedger
+from effectguard.ledger.sqlite import SCHEMA_VERSION
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ManualClock
 
 

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 
-from effectguard.errors import ConfigurationError
-from effectguard.ledger import open_ledger
-from effectguard.ledger.sqlite import SQLiteEffectLedger
+from effectguard import ConfigurationError
+from effectguard import open_ledger
+from effectguard import SQLiteEffectLedger
 
 
 def test_a_path_opens_a_sqlite_ledger_and_a_ledger_is_returned_as_it_is(tmp_path):
@@ -43,8 +43,8 @@ def test_sqlite_users_never_need_psycopg(tmp_path):
         sys.meta_path.insert(0, Block())
         import effectguard
         from effectguard import *
-        from effectguard.ledger import open_ledger
-        from effectguard.errors import ConfigurationError
+        from effectguard import open_ledger
+        from effectguard import ConfigurationError
 
         ledger = open_ledger({str(tmp_path / "ledger.db")!r})
         assert ledger.list_operations() == []

@@ -14,11 +14,12 @@ import pytest
 from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError
-from effectguard.fingerprint import request_fingerprint
-from effectguard.ledger import open_ledger
-from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease, NewOperation
-from effectguard.model import EventType, LeaseOwner, OverlapHolder
-from effectguard.process import current_owner
+from effectguard._fingerprint import request_fingerprint
+from effectguard import open_ledger
+from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
+from effectguard import EventType
+from effectguard._model import LeaseOwner, OverlapHolder
+from effectguard._process import current_owner
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.tcp_proxy import TcpProxy
 
@@ -27,7 +28,7 @@ psycopg = import_psycopg()
 from _postgres_worker import capture_contract  # noqa: E402 - needs psycopg
 
 from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: E402 - needs psycopg, imported just above
-from effectguard.ledger.postgres.sql import SCHEMA_VERSION  # noqa: E402 - needs psycopg, imported just above
+from effectguard.ledger.postgres import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

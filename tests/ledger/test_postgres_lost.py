@@ -15,9 +15,9 @@ import pytest
 from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus
-from effectguard.ledger import open_ledger
-from effectguard.ledger.protocol import Changes, EventDraft, Expect
-from effectguard.model import EventType
+from effectguard import open_ledger
+from effectguard.ledger import Changes, EventDraft, Expect
+from effectguard import EventType
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.tcp_proxy import TcpProxy
 

@@ -17,7 +17,7 @@ from postgres_support import import_psycopg, with_schema
 from support import ARGS, capture_contract
 
 from effectguard import EffectExecutor, EffectPruned, EffectStatus
-from effectguard.ledger.postgres.sql import split_target
+from effectguard.ledger.postgres import split_target
 from effectguard.testkit import FakePaymentProvider
 
 psycopg = import_psycopg()

@@ -16,7 +16,7 @@ import pytest
 from postgres_support import import_psycopg, with_schema
 
 from effectguard import EffectExecutor, EffectStatus
-from effectguard.ledger import open_ledger
+from effectguard import open_ledger
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.tcp_proxy import TcpProxy
 

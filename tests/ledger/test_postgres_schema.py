@@ -10,21 +10,19 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from postgres_support import import_psycopg, with_schema
 
-from effectguard.errors import (
-    ConfigurationError,
-    LedgerNotFoundError,
-    LedgerSchemaError,
-    LedgerUnavailableError,
-)
-from effectguard.ledger import chain, open_ledger
-from effectguard.ledger.protocol import EventDraft, Lease, NewOperation
-from effectguard.model import EffectStatus, EventType, LeaseOwner
+from effectguard import ConfigurationError, LedgerUnavailableError
+from effectguard.errors import LedgerNotFoundError, LedgerSchemaError
+from effectguard.ledger import _chain as chain
+from effectguard import open_ledger
+from effectguard.ledger import EventDraft, Lease, NewOperation
+from effectguard import EffectStatus, EventType
+from effectguard._model import LeaseOwner
 
 psycopg = import_psycopg()
 
 from effectguard.ledger.postgres import SCHEMA_VERSION, PostgresEffectLedger  # noqa: E402 - needs psycopg, imported just above
-from effectguard.ledger.postgres import ledger as pg_ledger  # noqa: E402 - needs psycopg
-from effectguard.ledger.postgres.sql import split_target  # noqa: E402 - needs psycopg, imported just above
+from effectguard.ledger import postgres as pg_ledger  # noqa: E402 - needs psycopg
+from effectguard.ledger.postgres import split_target
 
 OWNER = LeaseOwner("host-a.example", "boot", "pid:[1]", 1, "1")
 CLAIM_EVENTS = (
@@ -81,7 +79,7 @@ def test_a_fresh_ledger_is_created_in_its_own_schema(postgres_url, postgres_sche
     schema = postgres_schemas()
     with PostgresEffectLedger(postgres_url, schema=schema) as ledger:
         assert ledger.schema == schema
-        ledger.claim(operation(), CLAIM_EVENTS)
+        ledger.claim(operation())
     assert versions(postgres_url, schema) == list(range(1, SCHEMA_VERSION + 1))
     tables = query(
         postgres_url,
@@ -111,7 +109,7 @@ def test_the_schema_comes_from_the_argument_or_the_url_else_effectguard():
 def test_an_older_ledger_is_migrated_forward_keeping_its_data(postgres_url, postgres_target):
     """A ledger at schema version 1 gains the later migrations and keeps its operations."""
     with PostgresEffectLedger(postgres_target) as ledger:
-        ledger.claim(operation(), CLAIM_EVENTS)
+        ledger.claim(operation())
         schema = ledger.schema
         unchain_to_version_2(postgres_url, ledger, "op-1")
     for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
@@ -135,7 +133,7 @@ def test_an_older_ledger_is_migrated_forward_keeping_its_data(postgres_url, post
 def test_a_newer_ledger_is_refused_and_left_untouched(postgres_url, postgres_target):
     """A ledger written by a newer effectguard is refused with LedgerSchemaError, unchanged."""
     with PostgresEffectLedger(postgres_target) as ledger:
-        ledger.claim(operation(), CLAIM_EVENTS)
+        ledger.claim(operation())
         schema = ledger.schema
     newer = SCHEMA_VERSION + 1
     query(postgres_url, f'INSERT INTO "{schema}".effectguard_migrations (version) VALUES ({newer})')  # noqa: S608 - schema and table names are the test's own, never input
@@ -225,7 +223,7 @@ def test_the_server_clock_dates_writes_without_a_now(postgres_url, postgres_targ
     """Without ``now`` or ``clock=``, times come from the database server's clock."""
     with PostgresEffectLedger(postgres_target) as ledger:
         before = query(postgres_url, "SELECT clock_timestamp()")[0][0]
-        record, _ = ledger.claim(operation(), CLAIM_EVENTS)
+        record, _ = ledger.claim(operation())
         after = query(postgres_url, "SELECT clock_timestamp()")[0][0]
     assert before <= record.created_at <= after
 
@@ -235,7 +233,7 @@ def test_verify_streams_a_ledger_in_batches(postgres_target, monkeypatch):
     monkeypatch.setattr(pg_ledger, "_VERIFY_BATCH", 2)
     with PostgresEffectLedger(postgres_target) as ledger:
         for index in range(5):
-            ledger.claim(operation(f"op-{index}"), CLAIM_EVENTS)
+            ledger.claim(operation(f"op-{index}"))
         report = ledger.verify()
         assert report.ok
         assert (report.operations_checked, report.events_checked) == (5, 10)
@@ -260,7 +258,7 @@ def test_a_forked_child_opens_its_own_connections(postgres_url, postgres_schemas
         f" WHERE application_name = '{application}' ORDER BY pid"
     )
     with PostgresEffectLedger(target) as ledger:
-        ledger.claim(operation(), CLAIM_EVENTS)
+        ledger.claim(operation())
         parents = set(query(postgres_url, sessions))
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child reports through its exit status

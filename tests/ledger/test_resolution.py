@@ -20,14 +20,13 @@ from effectguard import (
     EffectRejected,
     EffectStatus,
     EventType,
-    IllegalTransitionError,
     InvalidRequestError,
-    OperationNotFoundError,
     UnknownOutcomePolicy,
 )
-from effectguard.fingerprint import request_fingerprint
-from effectguard.ledger.protocol import EventDraft, Lease, NewOperation
-from effectguard.model import LeaseOwner
+from effectguard.errors import IllegalTransitionError, OperationNotFoundError
+from effectguard._fingerprint import request_fingerprint
+from effectguard.ledger import EventDraft, Lease, NewOperation
+from effectguard._model import LeaseOwner
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 ARGS = {"invoice_id": "INV-1042", "amount_cents": 1250}

@@ -16,11 +16,13 @@ from typing import Any
 import pytest
 from support import capture_contract, foreign_owner
 
-from effectguard import EffectExecutor, EffectLedger, EffectStatus, IllegalTransitionError
-from effectguard.fingerprint import request_fingerprint
-from effectguard.ledger.protocol import EventDraft, Lease, NewOperation
-from effectguard.model import EventType, LeaseOwner
-from effectguard.process import _start_time, current_owner
+from effectguard import EffectExecutor, EffectLedger, EffectStatus
+from effectguard.errors import IllegalTransitionError
+from effectguard._fingerprint import request_fingerprint
+from effectguard.ledger import EventDraft, Lease, NewOperation
+from effectguard import EventType
+from effectguard._model import LeaseOwner
+from effectguard._process import _start_time, current_owner
 from effectguard.testkit import FakePaymentProvider
 
 ARGS = {"invoice_id": "INV-7", "amount_cents": 700}

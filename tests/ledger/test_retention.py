@@ -15,9 +15,10 @@ import pytest
 from support import ARGS, capture_contract
 
 from effectguard import EffectExecutor, EffectPruned, EffectStatus, OperationConflictError
-from effectguard.errors import InvalidRequestError
-from effectguard.ledger import retention
-from effectguard.ledger.protocol import EffectLedger, Prunable
+from effectguard import InvalidRequestError
+from effectguard.ledger import _retention as retention
+from effectguard import EffectLedger
+from effectguard.ledger import Prunable
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 DAY = 86_400.0

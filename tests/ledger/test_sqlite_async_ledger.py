@@ -29,12 +29,14 @@ from group_support import WAIT, WriterCrash, hold_writer, in_thread, queued
 from support import capture_contract
 
 from effectguard import EffectContract, EffectExecutor
-from effectguard.errors import InvalidRequestError, LedgerUnavailableError
-from effectguard.ledger.asyncledger import async_ledger
-from effectguard.ledger.delegating import DelegatingLedger
-from effectguard.ledger.protocol import Changes, EventDraft, Expect
-from effectguard.ledger.sqlite import SQLiteEffectLedger, group
-from effectguard.model import EffectResult, EffectStatus, OperationRecord
+from effectguard import InvalidRequestError, LedgerUnavailableError
+from effectguard.ledger._protocol import async_ledger
+from effectguard.testkit._ledgers import DelegatingLedger
+from effectguard.ledger import Changes, EventDraft, Expect
+from effectguard import SQLiteEffectLedger
+from effectguard.ledger import sqlite as group
+from effectguard import EffectResult, EffectStatus
+from effectguard._model import OperationRecord
 from effectguard.testkit import FakePaymentProvider
 
 CONTRACT = EffectContract(name="loop.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")

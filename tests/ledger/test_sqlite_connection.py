@@ -7,8 +7,10 @@ import sqlite3
 import pytest
 
 from effectguard.errors import CheckpointError, LedgerSchemaError
-from effectguard.ledger.sqlite import SQLiteEffectLedger, connection, migrations
-from effectguard.ledger.sqlite.connection import foreign_message
+from effectguard import SQLiteEffectLedger
+from effectguard.ledger import sqlite as connection
+from effectguard.ledger import sqlite as migrations
+from effectguard.ledger.sqlite import foreign_message
 from effectguard.runtime.checkpoints import sqlite as checkpoints
 from effectguard.runtime.checkpoints.sqlite import SQLiteCheckpointStore
 

@@ -6,8 +6,8 @@ import sqlite3
 import threading
 
 from effectguard import EffectStatus, EventType, SQLiteEffectLedger
-from effectguard.ledger.protocol import EventDraft, Lease, NewOperation
-from effectguard.process import current_owner
+from effectguard.ledger import EventDraft, Lease, NewOperation
+from effectguard._process import current_owner
 
 WRITERS = 8
 TRIALS = 20

@@ -18,11 +18,12 @@ import pytest
 from group_support import WAIT, WriterCrash, hold_writer, in_thread, queued
 
 from effectguard import EffectContract, EffectExecutor
-from effectguard.errors import FencedWriteError, LedgerLockedError, LedgerUnavailableError
-from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.model import EffectResult, EffectStatus, EventType
-from effectguard.process import current_owner
+from effectguard.errors import FencedWriteError, LedgerLockedError
+from effectguard import LedgerUnavailableError
+from effectguard.ledger import Changes, EventDraft, Expect, Lease
+from effectguard import SQLiteEffectLedger
+from effectguard import EffectResult, EffectStatus, EventType
+from effectguard._process import current_owner
 from effectguard.testkit import FakePaymentProvider
 
 CONTRACT = EffectContract(name="group.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")

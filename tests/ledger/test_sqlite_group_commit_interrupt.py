@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from effectguard import EffectContract, EffectExecutor
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.ledger.sqlite.group import GroupCommit
-from effectguard.model import EffectStatus
+from effectguard import SQLiteEffectLedger
+from effectguard.ledger.sqlite import GroupCommit
+from effectguard import EffectStatus
 from effectguard.testkit import FakePaymentProvider
 
 CONTRACT = EffectContract(name="group.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")

@@ -25,11 +25,12 @@ import pytest
 
 from effectguard import EffectContract, EffectExecutor
 from effectguard.errors import FencedWriteError
-from effectguard.fingerprint import canonical_json
-from effectguard.ledger import chain
-from effectguard.ledger.protocol import Changes, EventDraft, Expect, Lease, NewOperation
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.model import EffectStatus, EventType, LeaseOwner, OperationRecord
+from effectguard._fingerprint import canonical_json
+from effectguard.ledger import _chain as chain
+from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
+from effectguard import SQLiteEffectLedger
+from effectguard import EffectStatus, EventType
+from effectguard._model import LeaseOwner, OperationRecord
 from effectguard.testkit import FakePaymentProvider
 
 FIXTURE = Path(__file__).parent / "data" / "pre_issue15.db"

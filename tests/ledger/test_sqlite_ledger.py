@@ -11,16 +11,10 @@ from pathlib import Path
 import pytest
 from support import ARGS, OPERATION, capture_contract
 
-from effectguard import (
-    EffectExecutor,
-    EffectStatus,
-    LedgerLockedError,
-    LedgerNotFoundError,
-    LedgerSchemaError,
-    SQLiteEffectLedger,
-)
-from effectguard.ledger import chain
-from effectguard.ledger.sqlite.migrations import APPLICATION_ID, SCHEMA_VERSION
+from effectguard import EffectExecutor, EffectStatus, SQLiteEffectLedger
+from effectguard.errors import LedgerLockedError, LedgerNotFoundError, LedgerSchemaError
+from effectguard.ledger import _chain as chain
+from effectguard.ledger.sqlite import APPLICATION_ID, SCHEMA_VERSION
 from effectguard.testkit import FakePaymentProvider
 
 

@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from effectguard import SQLiteEffectLedger
-from effectguard.model import EffectStatus
+from effectguard import EffectStatus
 from effectguard.runtime import (
     ApprovalRequest,
     CheckpointConflictError,

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from effectguard.cli.main import cli
-from effectguard.testkit.matrix import CrashPoint, MatrixReport, run_matrix
-from effectguard.testkit.matrix.kinds import ContractKind
+from proofs.matrix import CrashPoint, MatrixReport, run_matrix
+from effectguard.testkit._crash.kinds import ContractKind
 
 
 @pytest.fixture(scope="module")

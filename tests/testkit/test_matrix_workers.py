@@ -11,8 +11,8 @@ import pytest
 from postgres_support import import_psycopg
 
 from effectguard.testkit.clock import SharedClock
-from effectguard.testkit.matrix import MatrixReport, Metrics, run_matrix
-from effectguard.testkit.matrix.kinds import ContractKind
+from proofs.matrix import MatrixReport, Metrics, run_matrix
+from effectguard.testkit._crash.kinds import ContractKind
 
 pytestmark = pytest.mark.slow
 
@@ -104,8 +104,8 @@ def test_a_run_with_workers_that_never_contended_fails():
 
 def test_a_fault_that_never_happened_fails_the_report(monkeypatch):
     """A ledger that never becomes unavailable makes those episodes unexpected, not a pass."""
-    from effectguard.testkit.matrix import run as run_module  # noqa: PLC0415 - the module patched
-    from effectguard.testkit.matrix.site import SQLiteSite  # noqa: PLC0415 - subclassed here only
+    from proofs.matrix import run as run_module  # noqa: PLC0415 - the module patched
+    from proofs.matrix.site import SQLiteSite  # noqa: PLC0415 - subclassed here only
 
     class NeverDown(SQLiteSite):
         def make_unavailable(self) -> None:

@@ -9,9 +9,9 @@ from click.testing import CliRunner
 
 from effectguard.cli.main import cli
 from effectguard.testkit.clock import ManualClock
-from effectguard.testkit.study import Cost, Strategy, StudyReport, run_study
-from effectguard.testkit.study.destination import Destination, Lookup, StudyFault
-from effectguard.testkit.study.strategies import Subject, call
+from proofs.study import Cost, Strategy, StudyReport, run_study
+from proofs.study.destination import Destination, Lookup, StudyFault
+from proofs.study.strategies import Subject, call
 
 
 @pytest.fixture(scope="module")

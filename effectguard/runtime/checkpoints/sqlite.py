@@ -22,7 +22,7 @@ from types import TracebackType
 from typing import Self, TypeVar
 
 from effectguard.errors import CheckpointConflictError, CheckpointError, RunExistsError
-from effectguard.ledger.sqlite.connection import (
+from effectguard.ledger.sqlite import (
     FileFormat,
     connect,
     current,
@@ -31,7 +31,7 @@ from effectguard.ledger.sqlite.connection import (
     refusal,
     write_transaction,
 )
-from effectguard.ledger.sqlite.files import create_private_file, enable_wal
+from effectguard.ledger.sqlite import create_private_file, enable_wal
 from effectguard.runtime.checkpoints.store import conflict_message, encode_record
 from effectguard.runtime.state import RunRecord, RunState
 

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.contract import EffectContract
-from effectguard.decorator import get_contract, is_effect
+from effectguard._contract import EffectContract
+from effectguard._decorator import get_contract, is_effect
 from effectguard.errors import ConfigurationError
 from effectguard.runtime.tools.schema import HIDDEN, describes, function_schema
 from effectguard.runtime.tools.validation import check_schema

@@ -7,7 +7,7 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from effectguard.decorator import is_effect
+from effectguard._decorator import is_effect
 from effectguard.errors import ConfigurationError
 from effectguard.runtime.tools.definition import ToolDefinition
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.docstrings import parse_docstring
+from effectguard._describe import parse_docstring
 from effectguard.errors import ConfigurationError
 
 __all__ = ["FunctionSchema", "function_schema", "parse_docstring"]

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from effectguard.model import OutcomeProbeResult
+from effectguard._model import OutcomeProbeResult
 from effectguard.testkit.fakes.store import Store
 from effectguard.testkit.faults import Fault, FaultPlan
 

@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from effectguard.model import OutcomeProbeResult
+from effectguard._model import OutcomeProbeResult
 from effectguard.testkit.fakes.base import FakeProvider, Lookup
 from effectguard.testkit.faults import FaultPlan
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from effectguard.contract import EffectContract
-from effectguard.executor import EffectExecutor
-from effectguard.executor.pacing import seeded_jitter
+from effectguard._contract import EffectContract
+from effectguard._executor import EffectExecutor
+from effectguard._executor._machine import seeded_jitter
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
 from effectguard.testkit.fakes.base import FakeProvider, Lookup

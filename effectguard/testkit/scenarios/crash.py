@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from effectguard.model import EffectStatus, EventType
+from effectguard._model import EffectStatus, EventType
 from effectguard.testkit.faults import Fault, FaultPlan
-from effectguard.testkit.matrix.child import ChildRun, run_child
-from effectguard.testkit.matrix.kinds import ContractKind, Service, build_setup
+from effectguard.testkit._crash.child import ChildRun, run_child
+from effectguard.testkit._crash.kinds import ContractKind, Service, build_setup
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario
 from effectguard.testkit.scenarios._report import ScenarioReport
 

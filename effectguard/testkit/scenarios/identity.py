@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from effectguard.errors import OperationConflictError
-from effectguard.model import EffectResult, EffectStatus
+from effectguard._model import EffectResult, EffectStatus
 from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import FaultPlan
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario

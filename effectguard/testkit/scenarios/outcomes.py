@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from effectguard.contract import UnknownOutcomePolicy
-from effectguard.model import EffectStatus
+from effectguard._contract import UnknownOutcomePolicy
+from effectguard._model import EffectStatus
 from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario

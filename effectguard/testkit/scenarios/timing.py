@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from effectguard.contract import UnknownOutcomePolicy
-from effectguard.model import EffectResult, EffectStatus
+from effectguard._contract import UnknownOutcomePolicy
+from effectguard._model import EffectResult, EffectStatus
 from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.scenarios._base import WAIT_SECONDS, ScenarioEnv, scenario, wait_for

@@ -1,0 +1,53 @@
+"""What an operator does, written once for the command line, the console and the API.
+
+Re-probing an operation nobody is working on (:func:`reprobe`) and sweeping
+every uncertain one (:func:`recover`); resolving one, checked and previewed
+first (:func:`resolve`); reading operations with their histories for an
+incident report (:func:`histories`). Nothing here dispatches a handler: a
+re-probe writes what the provider answers, a resolution what the operator
+found, each an audited, fenced write.
+"""
+
+from __future__ import annotations
+
+from effectguard.operator._export import histories
+from effectguard.operator._recover import (
+    REPROBED_STATUSES,
+    Recoverer,
+    RecoveryReport,
+    ReprobeAction,
+    ReprobeOutcome,
+    Skipped,
+    recover,
+    reprobe,
+    reprobe_problem,
+    start_recovery,
+)
+from effectguard.operator._resolve import (
+    ACTIONS,
+    UNCHECKED_OUTPUT,
+    Resolution,
+    check_output,
+    output_problem,
+    resolve,
+)
+
+__all__ = [
+    "ACTIONS",
+    "REPROBED_STATUSES",
+    "UNCHECKED_OUTPUT",
+    "Recoverer",
+    "RecoveryReport",
+    "ReprobeAction",
+    "ReprobeOutcome",
+    "Resolution",
+    "Skipped",
+    "check_output",
+    "histories",
+    "output_problem",
+    "recover",
+    "reprobe",
+    "reprobe_problem",
+    "resolve",
+    "start_recovery",
+]
