@@ -20,9 +20,9 @@ import click
 
 from benchmarks import BenchConfig, BenchError, run_bench
 from benchmarks._config import BACKENDS, DEFAULT_OPS
+from effectguard import EffectGuardError
 from effectguard.cli._reports import INVARIANT_BROKEN, OUTPUT, BadInput, check_output, write_json
 from effectguard.cli._signals import cleaned_up_on_sigterm
-from effectguard import EffectGuardError
 
 __all__ = ["bench"]
 

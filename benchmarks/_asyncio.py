@@ -20,8 +20,7 @@ from typing import Any
 from benchmarks._calls import CONTRACT, arguments, handler
 from benchmarks._config import BenchError
 from benchmarks._stats import percentile, rounded
-from effectguard import EffectExecutor
-from effectguard import EffectResult, EffectStatus
+from effectguard import EffectExecutor, EffectResult, EffectStatus
 
 __all__ = ["LAG_TARGET_MS", "SPEEDUP_TARGET", "TASKS", "AsyncThroughput", "measure"]
 

@@ -16,17 +16,20 @@ from typing import Any
 
 from benchmarks._config import BenchError
 from benchmarks._counting import CountingLedger
-from benchmarks._histories import CLAIMED_EVENTS
 from benchmarks._site import RawStore
 from benchmarks._stats import Comparison, per_call_us
-from effectguard import EffectContract
-from effectguard import effect
-from effectguard import EffectExecutor
+from effectguard import (
+    EffectContract,
+    EffectExecutor,
+    EffectLedger,
+    EffectResult,
+    EffectStatus,
+    EventType,
+    effect,
+)
 from effectguard._fingerprint import canonical_json
-from effectguard.ledger._protocol import Changes, EventDraft, Expect, Lease, NewOperation
-from effectguard import EffectLedger
-from effectguard import EffectResult, EffectStatus, EventType
 from effectguard._process import current_owner
+from effectguard.ledger._protocol import Changes, EventDraft, Expect, Lease, NewOperation
 
 __all__ = [
     "CONTRACT",
@@ -137,7 +140,7 @@ def primitives(ledger: EffectLedger, run: str) -> Callable[[int], None]:
             3,
             Lease(token, owner, 30.0),
         )
-        ledger.claim(operation, CLAIMED_EVENTS)
+        ledger.claim(operation)
         output = handler(given, idempotency_key=None)
         changes = Changes(
             EffectStatus.CONFIRMED,

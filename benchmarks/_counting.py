@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from effectguard.testkit._ledgers import DelegatingLedger
-from effectguard.ledger._protocol import Changes, EventDraft, Expect, NewOperation
 from effectguard import EffectLedger
 from effectguard._model import OperationRecord
+from effectguard.ledger._protocol import Changes, EventDraft, Expect, NewOperation
+from effectguard.testkit._ledgers import DelegatingLedger
 
 __all__ = ["CountingLedger"]
 
@@ -39,10 +39,10 @@ class CountingLedger(DelegatingLedger):
         return self.calls["get"] + self.calls["claim_found"]
 
     def claim(
-        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
+        self, operation: NewOperation, *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
-        claimed = super().claim(operation, events, now=now)
+        claimed = super().claim(operation, now=now)
         # A claim that found the operation committed nothing: it was a read.
         self.calls["claim" if claimed[1] else "claim_found"] += 1
         return claimed

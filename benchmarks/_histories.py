@@ -21,18 +21,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from effectguard import EffectContract
-from effectguard import EffectExecutor
+from effectguard import EffectContract, EffectExecutor, EffectLedger, EffectStatus
 from effectguard._fingerprint import canonical_json, request_fingerprint
-from effectguard.ledger import _chain as chain
-from effectguard import EffectLedger
-from effectguard.ledger._protocol import EventDraft
 from effectguard._model import EffectEvent, OperationRecord
-from effectguard import EffectStatus, EventType
+from effectguard.ledger import _chain as chain
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup, ManualClock
 
 __all__ = [
-    "CLAIMED_EVENTS",
     "CONTRACT",
     "QUARANTINE_EVERY",
     "Shapes",
@@ -51,12 +46,6 @@ _SPACING_US = 1000
 _CONFIRM_SECONDS = 0.0008
 _TIMEOUT_SECONDS = 0.0005
 _AMOUNT_CENTS = 1999
-
-#: The events of a claim, as the executor writes them.
-CLAIMED_EVENTS = (
-    EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-    EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-)
 
 History = tuple[OperationRecord, list[EffectEvent]]
 

@@ -13,8 +13,7 @@ import psycopg
 from benchmarks._config import BenchError
 from effectguard.errors import InternalError
 from effectguard.ledger._rows import Loadable
-from effectguard.ledger.postgres import PostgresEffectLedger
-from effectguard.ledger.postgres import describe
+from effectguard.ledger.postgres import PostgresEffectLedger, describe
 
 __all__ = ["PostgresRaw", "PostgresSite"]
 

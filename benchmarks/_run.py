@@ -9,13 +9,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from effectguard import __version__
 from benchmarks import _asyncio, _big, _startup, _telemetry, _throughput
 from benchmarks._calls import CallBench, count_calls
 from benchmarks._config import BenchConfig
 from benchmarks._report import BenchReport, WrittenLedger
 from benchmarks._site import Site, open_site
-from effectguard import EffectExecutor
+from effectguard import EffectExecutor, __version__
 
 __all__ = ["run_bench"]
 

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from benchmarks._config import BenchError
-from effectguard.ledger._rows import Loadable
 from effectguard import EffectLedger
+from effectguard.ledger._rows import Loadable
 
 __all__ = ["RawStore", "Site", "open_site"]
 

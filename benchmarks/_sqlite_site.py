@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._config import BenchError
-from effectguard.ledger._rows import Loadable
 from effectguard import SQLiteEffectLedger
+from effectguard.ledger._rows import Loadable
 
 __all__ = ["RAW_CLAIM", "RAW_OUTCOME", "SQLiteRaw", "SQLiteSite"]
 

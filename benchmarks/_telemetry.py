@@ -14,8 +14,7 @@ from collections.abc import Callable
 
 from benchmarks._calls import CONTRACT, _check, arguments, handler, interleave
 from benchmarks._stats import Comparison
-from effectguard import EffectExecutor
-from effectguard import EffectLedger
+from effectguard import EffectExecutor, EffectLedger
 
 __all__ = ["measure"]
 

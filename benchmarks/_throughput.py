@@ -21,10 +21,8 @@ from typing import Any
 from benchmarks._calls import CONTRACT, arguments, handler
 from benchmarks._config import BenchError
 from benchmarks._stats import percentile
+from effectguard import EffectExecutor, EffectStatus, open_ledger
 from effectguard.errors import LedgerLockedError
-from effectguard import EffectExecutor
-from effectguard import open_ledger
-from effectguard import EffectStatus
 
 __all__ = ["CONFIGURATIONS", "Throughput", "measure"]
 

@@ -53,6 +53,7 @@ __all__ = [
     "OutputNotStored",
     "ProbeStatus",
     "PydanticCodec",
+    "RecoveryReport",
     "SQLiteEffectLedger",
     "Transition",
     "UnknownOutcomePolicy",
@@ -65,6 +66,7 @@ __all__ = [
     "observe_effects",
     "observing",
     "open_ledger",
+    "recover",
     "use_executor",
 ]
 
@@ -95,6 +97,8 @@ _OWNERS: dict[str, str] = {
     "EffectLedger": "effectguard.ledger",
     "open_ledger": "effectguard.ledger",
     "SQLiteEffectLedger": "effectguard.ledger.sqlite",
+    "RecoveryReport": "effectguard.operator",
+    "recover": "effectguard.operator",
     "EffectResult": "effectguard._model",
     "EffectStatus": "effectguard._model",
     "EventType": "effectguard._model",
@@ -148,6 +152,8 @@ if TYPE_CHECKING:
     from effectguard._scope import CallScope as CallScope
     from effectguard._scope import call_scope as call_scope
     from effectguard._scope import call_scoped as call_scoped
+    from effectguard.operator import RecoveryReport as RecoveryReport
+    from effectguard.operator import recover as recover
     from effectguard.errors import ConfigurationError as ConfigurationError
     from effectguard.errors import EffectGuardError as EffectGuardError
     from effectguard.errors import EffectInProgress as EffectInProgress

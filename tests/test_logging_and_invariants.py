@@ -67,7 +67,7 @@ def test_no_assert_statement_guards_an_invariant_in_the_library():
 
 def test_an_internal_error_says_it_is_a_bug_to_report():
     """InternalError names the broken invariant and asks for a report."""
-    error = effectguard.InternalError("a probe step without a probe")
+    error = effectguard.errors.InternalError("a probe step without a probe")
     assert isinstance(error, effectguard.EffectGuardError)
     assert str(error).startswith("a probe step without a probe: this is a bug in effectguard")
     assert "report" in str(error)

@@ -102,5 +102,7 @@ def load_tools(modules: str | None) -> ToolIndex | None:
     here = os.getcwd()  # noqa: PTH109 - a plain string for sys.path
     if here not in sys.path:
         sys.path.insert(0, here)
+    from effectguard import operator as operator_api  # noqa: PLC0415 - loaded on use
+
     with refusals():
-        return effectguard.load_tools(modules)
+        return operator_api.load_tools(modules)

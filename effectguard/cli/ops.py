@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 import effectguard
+from effectguard import ledger as ledger_api
 from effectguard.cli import _ops_views as views
 from effectguard.cli._ops_click import (
     EXIT_CODES_HELP,
@@ -305,7 +306,7 @@ def verify(
         expected = None
         if anchor_file is not None:
             with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
-                expected = effectguard.AnchorHead.loads(file.read())
+                expected = ledger_api.AnchorHead.loads(file.read())
         report = ledger.verify(anchor=expected)
         archived = None
         if archive_file is not None:
@@ -330,14 +331,14 @@ def verify(
         )
         raise OpsError(msg)
     if export_file is not None:
-        head = effectguard.AnchorHead(report.anchored, report.anchor_running)
+        head = ledger_api.AnchorHead(report.anchored, report.anchor_running)
         with open(export_file, "w", encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
             file.write(views.to_json(head.to_json()) + "\n")
 
 
 def _with_archive(
-    ledger: object, report: effectguard.VerifyReport, archive_file: str
-) -> tuple[effectguard.VerifyReport, int]:
+    ledger: object, report: ledger_api.VerifyReport, archive_file: str
+) -> tuple[ledger_api.VerifyReport, int]:
     """``report`` with the problems of the chains archived in ``archive_file``, and their count."""
     import dataclasses  # noqa: PLC0415 - loaded on use
 

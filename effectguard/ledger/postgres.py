@@ -19,10 +19,17 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn, Self, TypeVar
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import psycopg
-from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg.conninfo import conninfo_to_dict
+    from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without psycopg
+    _MISSING = (
+        f"the PostgreSQL ledger needs {exc.name}, which is not installed: "
+        "pip install 'effectguard[postgres]'"
+    )
+    raise ImportError(_MISSING, name=exc.name) from exc
 
 from effectguard._fingerprint import check_operation_id, compact_encoder
 from effectguard._model import (

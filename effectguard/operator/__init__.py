@@ -10,6 +10,7 @@ found, each an audited, fenced write.
 
 from __future__ import annotations
 
+from effectguard._decorator import ToolIndex, load_tools
 from effectguard.operator._export import histories
 from effectguard.operator._recover import (
     REPROBED_STATUSES,
@@ -42,8 +43,10 @@ __all__ = [
     "ReprobeOutcome",
     "Resolution",
     "Skipped",
+    "ToolIndex",
     "check_output",
     "histories",
+    "load_tools",
     "output_problem",
     "recover",
     "reprobe",

@@ -4,11 +4,11 @@ A wrapper that watches what the executor does with a ledger (the bench counts
 commits and reads, the fault matrix counts fenced-out writes) subclasses
 :class:`DelegatingLedger` and overrides only the primitives it watches.
 
-The :class:`~effectguard.ledger.protocol.EffectLedger` methods are forwarded,
+The :class:`~effectguard.ledger.EffectLedger` methods are forwarded,
 and so is the ``claims_first`` hook the executor chooses its path by
-(:func:`~effectguard.ledger.protocol.claims_first`): a call through a wrapper
+(:func:`~effectguard.ledger.claims_first`): a call through a wrapper
 takes the path it takes without one, so what a wrapper counts is what
-production does. A wrapper is never :class:`~effectguard.ledger.protocol.Prunable`.
+production does. A wrapper is never :class:`~effectguard.ledger.Prunable`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ __all__ = ["DelegatingLedger"]
 
 
 class DelegatingLedger:
-    """Satisfies :class:`~effectguard.ledger.protocol.EffectLedger` by calling ``inner``.
+    """Satisfies :class:`~effectguard.ledger.EffectLedger` by calling ``inner``.
 
     Each method passes its arguments through unchanged and returns or raises
     what ``inner`` did; ``close`` closes ``inner``.
@@ -49,10 +49,10 @@ class DelegatingLedger:
         return claims_first(self.inner)
 
     def claim(
-        self, operation: NewOperation, events: Sequence[EventDraft], *, now: float | None = None
+        self, operation: NewOperation, *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
-        return self.inner.claim(operation, events, now=now)
+        return self.inner.claim(operation, now=now)
 
     def transition(
         self,
@@ -91,7 +91,7 @@ class DelegatingLedger:
         return self.inner.events(operation_id)
 
     def commitments(self, operation_id: str) -> list[Mapping[str, Any]]:
-        """See :func:`~effectguard.ledger.protocol.read_commitments`."""
+        """See :func:`~effectguard.ledger.read_commitments`."""
         return read_commitments(self.inner, operation_id)
 
     def verify(self, *, anchor: AnchorHead | None = None) -> VerifyReport:

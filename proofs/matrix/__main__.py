@@ -20,6 +20,7 @@ from proofs import run_command
 from proofs.matrix import MatrixReport, run_matrix
 from proofs.matrix.site import Backend
 
+
 @click.command()
 @click.option(
     "--episodes",

@@ -14,12 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from effectguard.errors import FencedWriteError
-from effectguard import EffectLedger
-from effectguard.testkit._ledgers import DelegatingLedger
-from effectguard.ledger._protocol import Changes, EventDraft, Expect
+from effectguard import EffectLedger, EventType
 from effectguard._model import EffectEvent, OperationRecord
-from effectguard import EventType
+from effectguard.errors import FencedWriteError
+from effectguard.ledger._protocol import Changes, EventDraft, Expect
+from effectguard.testkit._ledgers import DelegatingLedger
 
 __all__ = ["Contention", "FenceCounter", "contention_of"]
 

@@ -13,15 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from effectguard import EffectExecutor
+from effectguard import EffectExecutor, EffectLedger, EffectStatus
 from effectguard._executor._machine import Jitter, seeded_jitter
-from effectguard import EffectLedger
-from effectguard import EffectStatus
+from effectguard.testkit._crash.child import ChildRun, ChildRunner
+from effectguard.testkit._crash.kinds import Setup
 from effectguard.testkit.clock import SharedClock
 from effectguard.testkit.faults import Fault, FaultPlan
-from effectguard.testkit._crash.child import ChildRun, ChildRunner
 from proofs.matrix.contention import FenceCounter
-from effectguard.testkit._crash.kinds import Setup
 from proofs.matrix.site import Site
 from proofs.matrix.workers import WorkerAnswer, WorkerPool
 

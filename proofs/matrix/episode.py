@@ -39,15 +39,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from effectguard.errors import InternalError
 from effectguard import EffectStatus
 from effectguard._model import OperationRecord
+from effectguard.errors import InternalError
+from effectguard.testkit._crash.child import ChildRun
+from effectguard.testkit._crash.kinds import ContractKind, Setup, build_setup
 from effectguard.testkit.faults import Fault, FaultPlan, LedgerFault
 from proofs.matrix import ledger_faults, stall
-from effectguard.testkit._crash.child import ChildRun
 from proofs.matrix.contention import contention_of
 from proofs.matrix.context import KILLS, EpisodeContext, RoundTally
-from effectguard.testkit._crash.kinds import ContractKind, Setup, build_setup
 from proofs.matrix.replaced import ReplacePoint, play
 from proofs.matrix.spec import LEDGER_FAULTS, CrashPoint, EpisodeSpec, draw
 

@@ -28,12 +28,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from effectguard import EffectStatus, LedgerUnavailableError
 from effectguard.errors import InternalError
-from effectguard import LedgerUnavailableError
-from effectguard import EffectStatus
+from effectguard.testkit._crash.kinds import Setup
 from effectguard.testkit.faults import LedgerFault
 from proofs.matrix.context import EpisodeContext
-from effectguard.testkit._crash.kinds import Setup
 from proofs.matrix.site import CLAIM_MARKER, OUTCOME_MARKER
 
 __all__ = ["EXPECTED", "LedgerFaultOutcome", "play"]

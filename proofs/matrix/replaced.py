@@ -17,16 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from effectguard import EffectExecutor, LedgerUnavailableError, SQLiteEffectLedger
 from effectguard.errors import InternalError
-from effectguard import LedgerUnavailableError
-from effectguard import EffectExecutor
-from effectguard import SQLiteEffectLedger
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from proofs.matrix.context import EpisodeContext
     from effectguard.testkit._crash.kinds import Setup
+    from proofs.matrix.context import EpisodeContext
 
 __all__ = ["Displacement", "LedgerFiles", "ReplacePoint", "play"]
 

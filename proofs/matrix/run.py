@@ -14,13 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from effectguard._executor._machine import seeded_jitter
+from effectguard.testkit._crash.child import ChildRunner
+from effectguard.testkit._crash.kinds import ContractKind
 from effectguard.testkit.clock import SharedClock
 from proofs.matrix import episode as _episode
-from effectguard.testkit._crash.child import ChildRunner
 from proofs.matrix.contention import FenceCounter
 from proofs.matrix.context import EpisodeContext
 from proofs.matrix.episode import LEDGER_FAULTS, CrashPoint, EpisodeResult
-from effectguard.testkit._crash.kinds import ContractKind
 from proofs.matrix.replaced import ReplacePoint
 from proofs.matrix.report import MatrixReport, Metrics
 from proofs.matrix.site import Backend, Site, open_site

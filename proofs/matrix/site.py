@@ -24,8 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from effectguard import ConfigurationError
-from effectguard import EffectLedger, open_ledger
+from effectguard import ConfigurationError, EffectLedger, open_ledger
 from effectguard.testkit.tcp_proxy import TcpProxy
 
 __all__ = ["Backend", "PostgresSite", "SQLiteSite", "Site", "open_site"]

@@ -12,8 +12,8 @@ import enum
 import random
 from dataclasses import dataclass
 
-from effectguard.testkit.faults import Fault, LedgerFault
 from effectguard.testkit._crash.kinds import ContractKind, Service
+from effectguard.testkit.faults import Fault, LedgerFault
 from proofs.matrix.replaced import ReplacePoint
 from proofs.matrix.site import Backend
 

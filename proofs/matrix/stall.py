@@ -19,11 +19,11 @@ import threading
 import time
 
 from effectguard import EffectExecutor
+from effectguard.testkit._crash.child import ChildRun
+from effectguard.testkit._crash.kinds import Setup
 from effectguard.testkit.clock import OffsetClock
 from effectguard.testkit.fakes.base import FakeProvider
-from effectguard.testkit._crash.child import ChildRun
 from proofs.matrix.context import EpisodeContext, RoundTally
-from effectguard.testkit._crash.kinds import Setup
 
 __all__ = ["stall"]
 

@@ -25,15 +25,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-from effectguard.errors import InternalError
-from effectguard import LedgerUnavailableError
-from effectguard import EffectExecutor
+from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError, open_ledger
 from effectguard._executor._machine import seeded_jitter
-from effectguard import open_ledger
-from effectguard import EffectStatus
-from effectguard.testkit.clock import SharedClock
+from effectguard.errors import InternalError
 from effectguard.testkit._crash import pipes
 from effectguard.testkit._crash.child import ChildRun
+from effectguard.testkit.clock import SharedClock
 from proofs.matrix.contention import FenceCounter
 
 __all__ = ["WorkerAnswer", "WorkerPool", "serve"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from effectguard import ConfigurationError
 from effectguard.cli._progress import progress_on_stderr
 from effectguard.cli._reports import (
     INVARIANT_BROKEN,
@@ -25,7 +26,6 @@ from effectguard.cli._reports import (
     check_output,
     write_json,
 )
-from effectguard import ConfigurationError
 from proofs.study import Strategy, StudyReport, run_study
 from proofs.study.plot import FORMATS, plot
 

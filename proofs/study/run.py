@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from effectguard import EffectExecutor
+from effectguard import EffectExecutor, open_ledger
 from effectguard._executor._machine import seeded_jitter
-from effectguard import open_ledger
 from effectguard.testkit.clock import ManualClock
 from proofs.study.destination import Crash, Destination, Lookup, StudyFault
 from proofs.study.strategies import Outcome, Strategy, Subject, call

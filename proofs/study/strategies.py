@@ -21,9 +21,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from effectguard import EffectContract, UnknownOutcomePolicy
-from effectguard import EffectExecutor
-from effectguard import EffectStatus, OutcomeProbeResult
+from effectguard import (
+    EffectContract,
+    EffectExecutor,
+    EffectStatus,
+    OutcomeProbeResult,
+    UnknownOutcomePolicy,
+)
 from proofs.study.destination import Destination, Lookup
 
 __all__ = ["ATTEMPTS", "Outcome", "Strategy", "Subject", "call", "contract_for"]

@@ -72,7 +72,7 @@ def test_recoverer_backs_off_per_operation_between_sweeps(site: Site, ledger: Ef
     leave_uncertain(site, ledger, committed=False)
     now = [100.0]
     recoverer = Recoverer(
-        ledger, effectguard.load_tools([site.module()]), backoff_initial=10, clock=lambda: now[0]
+        ledger, effectguard.operator.load_tools([site.module()]), backoff_initial=10, clock=lambda: now[0]
     )
 
     first = recoverer.sweep()
@@ -124,7 +124,7 @@ def test_an_operation_backing_off_never_hides_the_ones_behind_it(
     first = leave_uncertain(site, ledger, committed=False, invoice="INV-1")
     second = leave_uncertain(site, ledger, committed=False, invoice="INV-2")
     recoverer = Recoverer(
-        ledger, effectguard.load_tools([site.module()]), limit=1, clock=lambda: 100.0
+        ledger, effectguard.operator.load_tools([site.module()]), limit=1, clock=lambda: 100.0
     )
 
     one = recoverer.sweep()

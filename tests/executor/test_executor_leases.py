@@ -38,10 +38,6 @@ def _claim_as(ledger, owner: LeaseOwner, clock, *, lease_seconds: float = 30.0) 
             3,
             Lease("their-token", owner, lease_seconds),
         ),
-        [
-            EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-            EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-        ],
         now=clock(),
     )
 

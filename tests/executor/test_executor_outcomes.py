@@ -272,11 +272,7 @@ def _abandoned_claim(ledger, clock) -> None:
         attempt_budget=3,
         lease=Lease("dead-token", dead_owner(), 30.0),
     )
-    events = [
-        EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-        EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-    ]
-    ledger.claim(operation, events, now=clock())
+    ledger.claim(operation, now=clock())
 
 
 @pytest.mark.parametrize(

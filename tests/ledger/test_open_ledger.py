@@ -55,7 +55,7 @@ def test_sqlite_users_never_need_psycopg(tmp_path):
         else:
             raise AssertionError("no error")
         try:
-            effectguard.PostgresEffectLedger
+            from effectguard.ledger.postgres import PostgresEffectLedger
         except ImportError as exc:
             assert "effectguard[postgres]" in str(exc), exc
         else:

@@ -309,10 +309,6 @@ def test_a_lease_held_on_another_host_is_never_presumed_gone(ledger, clock, tmp_
             attempt_budget=3,
             lease=Lease("their-token", owner, 30),
         ),
-        [
-            EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-            EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-        ],
         now=clock(),
     )
     executor = EffectExecutor(ledger, clock=clock)
@@ -341,17 +337,12 @@ def test_postgres_and_sqlite_keep_identical_records(ledger, tmp_path, clock):
     owner = LeaseOwner("host-a", "boot", "pid:[1]", 7, "9")
     first, second = "t1", "t2"  # lease tokens
     arguments = {"invoice_id": "INV-5", "amount_cents": 500, "memo": "naïve 😀", "f": 0.1}
-    claim_events = [
-        EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-        EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-    ]
     try:
         for store in (ledger, sqlite):
             store.claim(
                 NewOperation(
                     "op-5", "capture", 2, "f" * 64, "key-5", arguments, 3, Lease(first, owner, 12.5)
                 ),
-                claim_events,
                 now=clock() + 0.000001,
             )
             store.transition(
@@ -398,13 +389,7 @@ def test_event_text_with_quotes_escapes_and_non_ascii_is_stored_exactly(ledger):
     operation = NewOperation(
         "op-ü", "c", 1, "f" * 64, None, {"a": 'x"{}'}, 3, Lease(token, owner, 30.0)
     )
-    ledger.claim(
-        operation,
-        (
-            EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0, tricky),
-            EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-        ),
-    )
+    ledger.claim(operation)
     ledger.transition(
         "op-ü",
         Expect(lease_token=token),

@@ -465,11 +465,7 @@ def abandoned(ledger: EffectLedger) -> LeaseOwner:
         attempt_budget=3,
         lease=Lease(secrets.token_hex(16), owner, 30.0),
     )
-    events = [
-        EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-        EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-    ]
-    _, created = ledger.claim(operation, events, now=time.time() - 3600)
+    _, created = ledger.claim(operation, now=time.time() - 3600)
     assert created
     assert not ledger.get(OP).lease_live  # type: ignore[union-attr]
     return owner

@@ -52,11 +52,7 @@ def _claim(ledger: EffectLedger, owner: LeaseOwner) -> None:
         attempt_budget=3,
         lease=Lease(secrets.token_hex(16), owner, 3600.0),
     )
-    events = [
-        EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-        EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-    ]
-    _, created = ledger.claim(operation, events)
+    _, created = ledger.claim(operation)
     assert created
 
 

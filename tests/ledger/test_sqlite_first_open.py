@@ -25,7 +25,7 @@ def _claim(ledger: SQLiteEffectLedger, number: int) -> None:
         lease=Lease(f"token-{number}", current_owner(), 30.0),
     )
     event = EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0)
-    ledger.claim(operation, [event])
+    ledger.claim(operation)
 
 
 def test_concurrent_first_open_never_mistakes_a_ledger_being_migrated(tmp_path):

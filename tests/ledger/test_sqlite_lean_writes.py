@@ -47,7 +47,7 @@ def _claim(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
         EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
         EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
     )
-    ledger.claim(operation, drafts, now=NOW)
+    ledger.claim(operation, now=NOW)
 
 
 def _keep_lease(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> OperationRecord:
