@@ -55,10 +55,11 @@ class CountingLedger(DelegatingLedger):
         events: Sequence[EventDraft],
         *,
         now: float | None = None,
+        known: OperationRecord | None = None,
     ) -> OperationRecord:
         """See :meth:`EffectLedger.transition`."""
         self.calls["transition"] += 1
-        return super().transition(operation_id, expect, changes, events, now=now)
+        return super().transition(operation_id, expect, changes, events, now=now, known=known)
 
     def renew(
         self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None

@@ -33,9 +33,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from effectguard import EffectExecutor
+import _checkout  # noqa: F401 - puts the checkout's benchmarks/ on sys.path
+
 from benchmarks._calls import CONTRACT, arguments, handler
-from effectguard import SQLiteEffectLedger
+from effectguard import EffectExecutor, SQLiteEffectLedger
 
 MODES = ("guarded", "replay", "read")
 _FEW, _MANY = 100, 400

@@ -31,12 +31,13 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import _checkout  # noqa: F401 - puts the checkout's benchmarks/ on sys.path
 import psycopg
 
-from effectguard import EffectExecutor
 from benchmarks._calls import CONTRACT, arguments, handler, interleave_named, primitives
 from benchmarks._postgres_site import PostgresRaw
 from benchmarks._stats import floor_lines
+from effectguard import EffectExecutor
 from effectguard.ledger.postgres import PostgresEffectLedger
 
 # Calls of each measure per round, run in interleaved chunks of 50.

@@ -40,10 +40,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from effectguard import EffectExecutor, EffectStatus
+import _checkout  # noqa: F401 - puts the checkout's benchmarks/ on sys.path
+
 from benchmarks._calls import CONTRACT, arguments, handler
 from benchmarks._sqlite_site import RAW_CLAIM, RAW_OUTCOME, SQLiteRaw
-from effectguard import SQLiteEffectLedger
+from effectguard import EffectExecutor, EffectStatus, SQLiteEffectLedger
 from effectguard.ledger.sqlite import GroupCommit
 
 _CALLS = 1000

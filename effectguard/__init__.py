@@ -121,6 +121,34 @@ _OWNERS: dict[str, str] = {
     "OutputNotStored": "effectguard.errors",
 }
 
+#: Names an earlier development version exported from the root, and their public home now.
+_MOVED: dict[str, str] = {
+    **dict.fromkeys(
+        [
+            "AnchorHead",
+            "EffectEvent",
+            "OperationRecord",
+            "VerifyProblem",
+            "VerifyReport",
+        ],
+        "effectguard.ledger",
+    ),
+    "PostgresEffectLedger": "effectguard.ledger.postgres",
+    **dict.fromkeys(
+        [
+            "FencedWriteError",
+            "IllegalTransitionError",
+            "InternalError",
+            "LedgerLockedError",
+            "LedgerNotFoundError",
+            "LedgerSchemaError",
+            "OperationNotFoundError",
+        ],
+        "effectguard.errors",
+    ),
+    **dict.fromkeys(["ToolIndex", "load_tools"], "effectguard.operator"),
+}
+
 #: What ``__version__`` is when the package's metadata is missing (run from a bare source tree).
 _UNKNOWN_VERSION = "0+unknown"
 
@@ -200,6 +228,9 @@ def _load(name: str) -> Any:
         owner = _OWNERS.get(name)
         if owner is None:
             msg = f"module 'effectguard' has no attribute {name!r}"
+            home = _MOVED.get(name)
+            if home is not None:
+                msg += f"; import it from {home} (it left the root in 0.1.0)"
             raise AttributeError(msg, name=name)
         value = getattr(importlib.import_module(owner), name)
     # Later lookups find the name in the module's namespace and skip this function.

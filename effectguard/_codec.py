@@ -23,7 +23,7 @@ from effectguard.errors import ConfigurationError
 __all__ = ['AnnotationCodec', 'DataclassCodec', 'PydanticCodec', 'TAGGED', 'Tagged', 'Unstorable', 'b64', 'codec_for', 'holds_no_tag', 'unb64']
 
 
-# ---- from effectguard.codec_tags ----
+# ---- Tagged forms of standard types the default codec stores ----
 
 class Unstorable(TypeError):
     """A part of an output the codec cannot store; ``path`` names it (``$.when``, ``$[2]``)."""
@@ -178,7 +178,7 @@ class Tagged:
 TAGGED = Tagged()
 
 
-# ---- from effectguard.codec ----
+# ---- Output codecs for dataclasses and pydantic models ----
 
 T = TypeVar("T")
 

@@ -119,7 +119,7 @@ def resolve_executor(explicit: EffectExecutor | None, tool: str) -> EffectExecut
     return executor
 
 
-# ---- from effectguard.decorator.templates ----
+# ---- Operation-id and key templates ----
 
 _ROOT = re.compile(r"[.\[]")
 
@@ -223,7 +223,7 @@ def compile_identity(
     return IdentityTemplate(spec, what, sorted(scoped), tool)
 
 
-# ---- from effectguard.decorator.options ----
+# ---- @effect's keywords mapped onto EffectContract's fields ----
 
 #: ``@effect`` keywords whose contract field has a longer name.
 RENAMED: Mapping[str, str] = MappingProxyType(
@@ -269,7 +269,7 @@ class Options:
         return cls(MappingProxyType(fields), keywords.get("executor"))
 
 
-# ---- from effectguard.decorator.binding ----
+# ---- A call bound to the tool's signature ----
 
 #: The parameter through which the executor hands a tool its provider idempotency key.
 KEY_PARAMETER = "idempotency_key"
@@ -557,7 +557,7 @@ def _check_probe(tool: ToolShape, parameters: list[inspect.Parameter], probe: An
         raise ConfigurationError(msg)
 
 
-# ---- from effectguard.decorator.tool ----
+# ---- The decorated tool: a wrapt proxy running each call through an executor ----
 
 #: The keyword by which ``execute()`` asks, through wrapt's own binding, for the result.
 AS_RESULT = "__effectguard_as_result__"
@@ -848,7 +848,7 @@ def outcome_of(result: EffectResult[Any]) -> Any:
     raise error from result.handler_error
 
 
-# ---- from effectguard.decorator.decorate ----
+# ---- @effect itself, get_contract, is_effect, use_executor ----
 
 P = ParamSpec("P")
 
@@ -1176,7 +1176,7 @@ def operation_id_of(obj: object, /, *args: Any, **kwargs: Any) -> str:
     return tool.contract.operation_id(tool.shape.bind(instance, args, kwargs))
 
 
-# ---- from effectguard.decorator.discovery ----
+# ---- Finding decorated tools by contract name ----
 
 #: The environment variable naming the tool modules when ``--tools`` is not given.
 TOOLS_VARIABLE = "EFFECTGUARD_TOOLS"

@@ -1,4 +1,8 @@
-"""Tool descriptions."""
+"""Tool descriptions: what a model is offered for a tool, for the runtime and every adapter.
+
+A Google-style docstring read as a description and per-parameter texts, and
+the public signature (without ``idempotency_key``) with its resolved hints.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from effectguard.errors import ConfigurationError
 __all__ = ['PublicSignature', 'parse_docstring', 'public_signature', 'require_effect']
 
 
-# ---- from effectguard.docstrings ----
+# ---- Google-style docstrings read as descriptions ----
 
 _SECTIONS = frozenset(
     {
@@ -87,7 +91,7 @@ def parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     return description, arguments
 
 
-# ---- from effectguard.adapters._signature ----
+# ---- What a model is offered: the public signature, hints, descriptions ----
 
 _KEY_PARAMETER = "idempotency_key"
 

@@ -12,10 +12,6 @@ OTHER = LeaseOwner("host-b.example", "boot-b", "pid:[1]", 5353, "99")
 DISPATCHED = EffectStatus.DISPATCHED
 # Lease tokens, not secrets.
 TOKEN_A, TOKEN_B, TOKEN_Z = "token-a", "token-b", "token-z"
-CLAIM_EVENTS = (
-    EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-    EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, DISPATCHED, 1),
-)
 
 
 def operation(
@@ -58,7 +54,7 @@ def quarantine(ledger: EffectLedger, operation_id: str, now: float) -> None:
 
 
 def three_operations(ledger: EffectLedger, now: float) -> None:
-    """Claim three operations and confirm each, three events apiece."""
+    """Claim three operations and confirm each, two events apiece (claimed, confirmed)."""
     for index in range(3):
         ledger.claim(operation(f"op-{index}"), now=now)
         ledger.transition(

@@ -30,12 +30,12 @@ from effectguard import (
     EffectExecutor,
     EffectLedger,
     InvalidRequestError,
+    SQLiteEffectLedger,
     effect,
+    open_ledger,
 )
-from effectguard.cli.ops import main as ops_main
 from effectguard._fingerprint import MAX_JSON_DEPTH
-from effectguard import open_ledger
-from effectguard import SQLiteEffectLedger
+from effectguard.cli.ops import main as ops_main
 from effectguard.testkit import FakePaymentProvider, ManualClock
 
 INF = float("inf")
@@ -164,12 +164,6 @@ ROWS: list[tuple[str, type[Exception], str, Callable[[World], Any]]] = [
         lambda w: w.tool(retry_wait_max=INF)(**ARGS),
     ),
     # Per-call waits.
-    (
-        "execute(wait_seconds='1')",
-        InvalidRequestError,
-        "wait_seconds",
-        lambda w: w.execute(_contract(), wait_seconds="1"),
-    ),
     (
         "execute(wait_for_peer='1')",
         InvalidRequestError,

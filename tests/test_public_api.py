@@ -16,79 +16,64 @@ import pytest
 
 import effectguard
 
-#: What a user of the README needs. The lead adds EffectNotSent, OutputNotStored,
-#: call_scope and call_scoped here when merging the branches that define them.
-PUBLIC = [
-    "INJECTED",
-    "ConfigurationError",
-    "EffectContract",
-    "EffectExecutor",
-    "EffectGuardError",
-    "EffectInProgress",
-    "EffectNotConfirmed",
-    "EffectNotSent",
-    "EffectOutcomeUnknown",
-    "EffectPruned",
-    "EffectQuarantined",
-    "EffectRejected",
-    "EffectResult",
-    "EffectStatus",
-    "LedgerUnavailableError",
-    "OperationConflictError",
-    "OutcomeProbeResult",
-    "OutputNotStored",
-    "ProbeStatus",
-    "SQLiteEffectLedger",
-    "call_scope",
-    "call_scoped",
-    "configure",
-    "effect",
-    "open_ledger",
-]
+#: The root's whole API: what the README and the guides use. A name joins it on purpose.
+PUBLIC = sorted(
+    [
+        "INJECTED",
+        "AsyncEffectFunction",
+        "CallScope",
+        "Configuration",
+        "ConfigurationError",
+        "DataclassCodec",
+        "EffectContract",
+        "EffectExecutor",
+        "EffectFunction",
+        "EffectGuardError",
+        "EffectInProgress",
+        "EffectLedger",
+        "EffectNotConfirmed",
+        "EffectNotSent",
+        "EffectOutcomeUnknown",
+        "EffectPruned",
+        "EffectQuarantined",
+        "EffectRejected",
+        "EffectResult",
+        "EffectStatus",
+        "EventType",
+        "InvalidRequestError",
+        "LedgerError",
+        "LedgerIntegrityError",
+        "LedgerUnavailableError",
+        "Observer",
+        "OperationConflictError",
+        "OutcomeProbeResult",
+        "OutputCodec",
+        "OutputNotStored",
+        "ProbeStatus",
+        "PydanticCodec",
+        "RecoveryReport",
+        "SQLiteEffectLedger",
+        "Transition",
+        "UnknownOutcomePolicy",
+        "call_scope",
+        "call_scoped",
+        "configure",
+        "effect",
+        "get_contract",
+        "is_effect",
+        "observe_effects",
+        "observing",
+        "open_ledger",
+        "recover",
+        "use_executor",
+    ]
+)
 
-#: Every name importable from ``effectguard``, and the public module it comes from.
-EXPORTED = {
-    **dict.fromkeys(
-        [
-            "INJECTED",
-            "AsyncEffectFunction",
-            "EffectDecorator",
-            "EffectFunction",
-            "effect",
-            "get_contract",
-            "is_effect",
-            "use_executor",
-        ],
-        "effectguard.decorator",
-    ),
-    **dict.fromkeys(
-        ["EffectExecutor", "Observer", "Transition", "observing"], "effectguard.executor"
-    ),
-    **dict.fromkeys(["CallScope", "call_scope", "call_scoped"], "effectguard.scope"),
-    **dict.fromkeys(["Configuration", "configure", "observe_effects"], "effectguard.config"),
-    **dict.fromkeys(["RecoveryReport", "recover"], "effectguard.recovery"),
-    **dict.fromkeys(["ToolIndex", "load_tools"], "effectguard.decorator.discovery"),
-    **dict.fromkeys(
-        ["EffectContract", "OutputCodec", "UnknownOutcomePolicy"], "effectguard.contract"
-    ),
-    **dict.fromkeys(["DataclassCodec", "PydanticCodec"], "effectguard.codec"),
-    **dict.fromkeys(["AnchorHead", "EffectLedger", "open_ledger"], "effectguard.ledger"),
+#: Root names that also live in a documented subpackage: the same object in both.
+ALSO_IN = {
+    **dict.fromkeys(["EffectLedger", "open_ledger", "EventType"], "effectguard.ledger"),
     "SQLiteEffectLedger": "effectguard.ledger.sqlite",
-    "PostgresEffectLedger": "effectguard.ledger.postgres",
-    **dict.fromkeys(
-        [
-            "EffectEvent",
-            "EffectResult",
-            "EffectStatus",
-            "EventType",
-            "OperationRecord",
-            "OutcomeProbeResult",
-            "ProbeStatus",
-            "VerifyProblem",
-            "VerifyReport",
-        ],
-        "effectguard.model",
-    ),
+    **dict.fromkeys(["RecoveryReport", "recover"], "effectguard.operator"),
     **dict.fromkeys(
         [
             "ConfigurationError",
@@ -100,26 +85,47 @@ EXPORTED = {
             "EffectPruned",
             "EffectQuarantined",
             "EffectRejected",
-            "FencedWriteError",
-            "IllegalTransitionError",
-            "InternalError",
             "InvalidRequestError",
             "LedgerError",
             "LedgerIntegrityError",
-            "LedgerLockedError",
-            "LedgerNotFoundError",
-            "LedgerSchemaError",
             "LedgerUnavailableError",
             "OperationConflictError",
-            "OperationNotFoundError",
             "OutputNotStored",
         ],
         "effectguard.errors",
     ),
 }
 
+#: Names the root exported before 0.1.0 and no longer does, with their public home now.
+MOVED = {
+    **dict.fromkeys(
+        ["AnchorHead", "EffectEvent", "OperationRecord", "VerifyProblem", "VerifyReport"],
+        "effectguard.ledger",
+    ),
+    "PostgresEffectLedger": "effectguard.ledger.postgres",
+    **dict.fromkeys(
+        [
+            "FencedWriteError",
+            "IllegalTransitionError",
+            "InternalError",
+            "LedgerLockedError",
+            "LedgerNotFoundError",
+            "LedgerSchemaError",
+            "OperationNotFoundError",
+        ],
+        "effectguard.errors",
+    ),
+    **dict.fromkeys(["ToolIndex", "load_tools"], "effectguard.operator"),
+}
+
 #: Modules that make ``import effectguard`` or ``agent-effect-ops --help`` slow.
-HEAVY = ["asyncio", "wrapt", "effectguard.executor", "effectguard.codec", "effectguard.decorator"]
+HEAVY = [
+    "asyncio",
+    "wrapt",
+    "effectguard._executor",
+    "effectguard._codec",
+    "effectguard._decorator",
+]
 
 
 def fresh_modules(code: str) -> set[str]:
@@ -131,25 +137,41 @@ def fresh_modules(code: str) -> set[str]:
     return set(json.loads(done.stdout.splitlines()[-1]))
 
 
-def test_all_is_what_a_readme_user_needs():
-    """``__all__`` is exactly the README's names, and ``import *`` gives exactly those."""
+def test_all_is_the_whole_root_api():
+    """``__all__`` is exactly the documented names, and ``import *`` gives exactly those."""
     namespace: dict[str, object] = {}
     exec("from effectguard import *", namespace)  # noqa: S102 - the statement under test
-    assert effectguard.__all__ == PUBLIC
+    assert sorted(effectguard.__all__) == PUBLIC
     assert set(namespace) - {"__builtins__"} == set(PUBLIC)
 
 
-@pytest.mark.parametrize("name", sorted(EXPORTED))
-def test_exported_name_is_its_modules_object(name: str):
-    """Every exported name resolves, lazily, to the very object its own module holds."""
-    owner = importlib.import_module(EXPORTED[name])
-    assert getattr(effectguard, name) is getattr(owner, name)
+@pytest.mark.parametrize("name", PUBLIC)
+def test_every_root_name_resolves_lazily_to_one_object(name: str):
+    """Each root name loads on first use; where a subpackage documents it, it is that object."""
+    value = getattr(effectguard, name)
+    if name in ALSO_IN:
+        assert getattr(importlib.import_module(ALSO_IN[name]), name) is value
+
+
+@pytest.mark.parametrize("name", sorted(MOVED))
+def test_a_moved_name_fails_at_the_root_and_says_where_it_lives(name: str):
+    """A name that left the root is an AttributeError naming its home, where it imports."""
+    with pytest.raises(AttributeError, match=f"import it from {MOVED[name]}"):
+        getattr(effectguard, name)
+    assert getattr(importlib.import_module(MOVED[name]), name) is not None
+
+
+def test_nothing_outside_all_is_importable_from_the_root():
+    """A private module's name (``effect``'s helpers, the machine) never leaks to the root."""
+    for name in ["EffectDecorator", "canonical_json", "request_fingerprint", "claims_first"]:
+        with pytest.raises(ImportError):
+            exec(f"from effectguard import {name}", {})  # noqa: S102 - the statement under test
 
 
 def test_dir_lists_every_export_and_unknown_names_fail():
     """``dir(effectguard)`` shows the lazy names too; a name nobody exports is an AttributeError."""
     listed = set(dir(effectguard))
-    assert set(EXPORTED) <= listed
+    assert set(PUBLIC) <= listed
     assert "__version__" in listed
     with pytest.raises(AttributeError, match="no attribute 'efect'"):
         _ = effectguard.efect  # type: ignore[attr-defined]
@@ -159,7 +181,7 @@ def test_import_effectguard_loads_no_executor_asyncio_or_wrapt():
     """``import effectguard`` alone is cheap: the decorator and executor load when first used."""
     assert fresh_modules("import effectguard").isdisjoint([*HEAVY, "importlib.metadata", "psycopg"])
     used = fresh_modules("from effectguard import effect")
-    assert {"wrapt", "effectguard.decorator", "effectguard.executor"} <= used
+    assert {"wrapt", "effectguard._decorator"} <= used
 
 
 def test_ops_help_loads_no_executor_asyncio_codec_or_wrapt():

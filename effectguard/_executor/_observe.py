@@ -1,4 +1,10 @@
-"""observe"""
+"""What an executor reports as it works: every transition and every result, redacted.
+
+An :class:`Observer` sees each :class:`Transition` after its commit and each
+call's final result; observers are called in order, an observer that raises is
+logged and never changes the outcome. With no observer installed and logging
+off for ``effectguard``, a call builds no ``Transition`` at all.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from effectguard._model import EffectResult, EffectStatus, EventType
 __all__ = ['CallStart', 'CallWatcher', 'Observer', 'Transition', 'context_observers', 'level', 'listening', 'log_transition', 'logger', 'notify', 'observe_everywhere', 'observing', 'report_pause', 'watched']
 
 
-# ---- from effectguard.executor.observe ----
+# ---- The observer hook: transitions and results, redacted ----
 
 _observer_log = logging.getLogger("effectguard.observe")
 
@@ -290,7 +296,7 @@ def notify(observers: tuple[Observer, ...], transition: Transition) -> None:
             )
 
 
-# ---- from effectguard.executor.logs ----
+# ---- The library's log lines, written from the observer hook ----
 
 logger = logging.getLogger("effectguard.executor")
 

@@ -1,4 +1,9 @@
-"""outputs"""
+"""Outputs: which a ledger may confirm, how they are stored, and how a replay reads them back.
+
+A replay returns the output its confirmation committed to, decoded by the
+contract's codec, or raises :class:`~effectguard.errors.OutputNotStored`; the
+replay cache holds only records that were verified that way.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ if TYPE_CHECKING:
 __all__ = ['DEFAULT_REPLAY_CACHE', 'NOT_STORED', 'ReplayCache', 'Stored', 'cached_replay', 'check_replayable', 'decode', 'jsonable', 'not_stored', 'store']
 
 
-# ---- from effectguard.executor.outputs ----
+# ---- What makes an output confirmable and storable, and how a replay reads it back ----
 
 logger = logging.getLogger("effectguard")
 
@@ -240,7 +245,7 @@ def check_replayable(
         seen.popitem(last=False)
 
 
-# ---- from effectguard.executor.replays ----
+# ---- The replay cache: verified terminal records kept per executor ----
 
 #: Terminal operations an executor keeps for replay unless told otherwise.
 DEFAULT_REPLAY_CACHE = 10_000

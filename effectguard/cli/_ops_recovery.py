@@ -1,7 +1,7 @@
 """``agent-effect-ops reprobe`` and ``reconcile``: ask the provider again, write what it proves.
 
-Both only format what :mod:`effectguard.recovery` and
-:mod:`effectguard.executor.reprobe` return; neither ever dispatches.
+Both only format what :mod:`effectguard.operator` (``recover`` and ``reprobe``)
+returns; neither ever dispatches.
 """
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ from effectguard.cli._ops_click import OpsUsageError, json_option, refusals
 from effectguard.cli._ops_session import load_tools, open_ledger, operation, tools_option
 
 if TYPE_CHECKING:
-    from effectguard.operator._recover import ReprobeOutcome
-    from effectguard.operator._recover import RecoveryReport
+    from effectguard.operator._recover import RecoveryReport, ReprobeOutcome
 
 __all__ = ["reconcile", "reprobe"]
 
@@ -53,8 +52,8 @@ def reprobe(operation_id: str, tools: str | None, dry_run: bool, as_json: bool) 
     makes it dispatchable by its next call (never a QUARANTINED one); PENDING
     and UNKNOWN leave it. The probe's answer is recorded with your OS account.
     """
-    from effectguard.operator._recover import reprobe as run_reprobe  # noqa: PLC0415 - loaded on use
     from effectguard.ledger._resolution import os_user  # noqa: PLC0415 - loaded on use
+    from effectguard.operator._recover import reprobe as run_reprobe  # noqa: PLC0415 - loaded on use
 
     index = load_tools(tools)
     if index is None:

@@ -18,7 +18,9 @@ import effectguard
 from effectguard.cli._ops_click import F, OpsError, OpsUsageError, refusals
 
 if TYPE_CHECKING:
-    from effectguard import EffectLedger, OperationRecord, ToolIndex
+    from effectguard import EffectLedger
+    from effectguard.ledger import OperationRecord
+    from effectguard.operator import ToolIndex
 
 __all__ = ["Session", "load_tools", "open_ledger", "operation", "tools_option"]
 

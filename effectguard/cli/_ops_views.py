@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     # Annotations only, so that `agent-effect-ops --help` does not load the model.
-    from effectguard import EffectEvent, OperationRecord, VerifyReport
+    from effectguard.ledger import EffectEvent, OperationRecord, VerifyReport
 
 __all__ = [
     "event_json",

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 import effectguard
-from effectguard import ledger as ledger_api
 from effectguard.cli import _ops_views as views
 from effectguard.cli._ops_click import (
     EXIT_CODES_HELP,
@@ -46,6 +45,7 @@ from effectguard.cli._ops_session import (
 if TYPE_CHECKING:
     # Annotations only: `agent-effect-ops --help` loads neither the ledger nor the model.
     from effectguard import EffectStatus
+    from effectguard.ledger import VerifyReport
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
 
@@ -301,12 +301,14 @@ def verify(
     whoever can write the ledger cannot, lets a later --anchor check catch a
     deletion that rewrote the ledger's own anchor too.
     """
+    from effectguard.ledger import AnchorHead  # noqa: PLC0415 - loaded on use
+
     ledger = open_ledger()
     with refusals():
         expected = None
         if anchor_file is not None:
             with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
-                expected = ledger_api.AnchorHead.loads(file.read())
+                expected = AnchorHead.loads(file.read())
         report = ledger.verify(anchor=expected)
         archived = None
         if archive_file is not None:
@@ -331,14 +333,14 @@ def verify(
         )
         raise OpsError(msg)
     if export_file is not None:
-        head = ledger_api.AnchorHead(report.anchored, report.anchor_running)
+        head = AnchorHead(report.anchored, report.anchor_running)
         with open(export_file, "w", encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
             file.write(views.to_json(head.to_json()) + "\n")
 
 
 def _with_archive(
-    ledger: object, report: ledger_api.VerifyReport, archive_file: str
-) -> tuple[ledger_api.VerifyReport, int]:
+    ledger: object, report: VerifyReport, archive_file: str
+) -> tuple[VerifyReport, int]:
     """``report`` with the problems of the chains archived in ``archive_file``, and their count."""
     import dataclasses  # noqa: PLC0415 - loaded on use
 

@@ -28,6 +28,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised by a subproce
     )
     raise ImportError(msg) from exc
 
+from effectguard._model import EffectStatus
 from effectguard.console.attention import ATTENTION_STATUSES, needs_attention
 from effectguard.console.guard import GuardMiddleware
 from effectguard.console.resolve import (
@@ -40,7 +41,6 @@ from effectguard.console.resolve import (
 from effectguard.console.security import AccessGuard
 from effectguard.errors import EffectGuardError
 from effectguard.ledger._resolution import os_user
-from effectguard._model import EffectStatus
 
 if TYPE_CHECKING:
     from effectguard._decorator import ToolIndex

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from effectguard._model import EffectStatus
 
 if TYPE_CHECKING:
-    from effectguard.ledger import EffectLedger
     from effectguard._model import OperationRecord
+    from effectguard.ledger import EffectLedger
 
 __all__ = ["ATTENTION_STATUSES", "AttentionPage", "needs_attention"]
 

@@ -1,8 +1,7 @@
 """An operator's resolution as the console receives it: parsed, checked, then applied.
 
 The console writes only through the functions ``agent-effect-ops`` uses
-(:mod:`effectguard.operator` and the re-probe of
-:mod:`effectguard.executor.reprobe`), so its resolutions obey exactly the
+(:mod:`effectguard.operator`, its re-probe included), so its resolutions obey exactly the
 rules, checks and dry runs, and leave exactly the audit trail, of the CLI. A
 form that is incomplete or malformed is refused before the ledger is touched.
 """
@@ -20,8 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from effectguard._decorator import ToolIndex
-    from effectguard.operator._recover import ReprobeOutcome
     from effectguard.ledger import EffectLedger
+    from effectguard.operator._recover import ReprobeOutcome
 
 __all__ = ["ACTIONS", "Resolution", "ResolutionRefused", "parse_resolution", "reprobe", "resolve"]
 

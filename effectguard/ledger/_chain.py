@@ -1,4 +1,12 @@
-"""chain"""
+"""The event chain and the claims anchor, once, for both backends and ``verify``.
+
+Every event's hash covers its document (operation, sequence, type, statuses,
+attempt, time, evidence and what it commits to of the row) and the previous
+hash; the head is kept on the operation row. The claims anchor is a running
+hash over every claim, so ``verify`` also detects a deleted operation. Here:
+the document and its hash, what an event commits to, appending and checking a
+chain, the ``verify`` walk, and the anchor with its exported head.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ['AnchorHead', 'COMMITTED', 'ChainedEvent', 'FORMAT', 'GENESIS', 'HEAD_COLUMNS', 'Head', 'START', 'UnreadableEvent', 'advance', 'append', 'chain_document', 'chain_hash', 'check', 'check_anchor', 'check_row', 'check_shards', 'commitments', 'compare', 'digest', 'document_text', 'event_document', 'from_micros', 'item', 'joined', 'merged', 'relink', 'shards_of', 'to_micros', 'verify']
 
 
-# ---- from effectguard.ledger.documents ----
+# ---- The document an event's hash covers, and the hash ----
 
 #: What an operation's first event is linked to, in place of a predecessor's hash.
 GENESIS = b"effectguard-event-chain-v1"
@@ -162,7 +170,7 @@ def document_text(
     )
 
 
-# ---- from effectguard.ledger.committed ----
+# ---- What an event commits to of its operation's row ----
 
 #: The operation fields a write commits to, in the event it appends first.
 COMMITTED = (
@@ -293,7 +301,7 @@ def _matches(name: str, committed: Mapping[str, Any], row: Mapping[str, Any]) ->
     return bool(value == row.get(name))
 
 
-# ---- from effectguard.ledger.chain ----
+# ---- The event chain: append, relink, check, and the verify walk ----
 
 #: One appended event as both backends store it: seq, type, from, to, attempt, evidence JSON,
 #: hash, commits JSON.
@@ -494,7 +502,11 @@ def check_row(
     """
     latest: dict[str, tuple[int, Mapping[str, Any]]] = {}
     for event in events:
-        if isinstance(event, EffectEvent):
+        if not isinstance(event, EffectEvent):
+            # What an unreadable event committed to is unknown, so what came before it no
+            # longer says what the row holds: the event itself is reported by ``check``.
+            latest.clear()
+        else:
             commits = event.commits
             if event.type is EventType.CLAIMED and commits.get("v") == COMMITS_V2:
                 # A claim stores no output and no provider id: it commits to their absence.
@@ -570,7 +582,7 @@ def verify(
     return VerifyReport(operations, events_checked, tuple(problems), uncovered)
 
 
-# ---- from effectguard.ledger.anchor ----
+# ---- The claims anchor: a running hash over every claim, and its exported head ----
 
 #: The running hash before the first claim.
 START = b""

@@ -1,4 +1,11 @@
-"""protocol"""
+"""The ledger protocol: the primitives every backend implements, and their write forms.
+
+:class:`EffectLedger` is what the executor, the operator package and the CLIs
+use: ``claim`` (insert with its claim event, or return the stored record),
+fenced ``transition`` (written only while the caller's :class:`Expect` still
+holds), ``renew``, reads, ``verify``. A backend may also offer async forms of
+the per-call primitives; :func:`async_ledger` says whether it does.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ['AsyncLedger', 'Changes', 'EffectLedger', 'EventDraft', 'Expect', 'Lease', 'NewOperation', 'Prunable', 'UNSET', 'Unset', 'Versioned', 'announce_pruned', 'async_ledger', 'check_limit', 'claims_first', 'describe_mismatch', 'read_commitments', 'to_confirmed', 'watch_prunes']
 
 
-# ---- from effectguard.ledger.protocol ----
+# ---- The protocol and its write primitives ----
 
 class Unset(enum.Enum):
     """The type of :data:`UNSET`."""
@@ -371,7 +378,7 @@ def describe_mismatch(record: Versioned, expect: Expect, *, lease_expired: bool)
     return None
 
 
-# ---- from effectguard.ledger.asyncledger ----
+# ---- The async forms of the calls every guarded call makes ----
 
 _FORMS = (("get", "get_async"), ("claim", "claim_async"), ("transition", "transition_async"))
 
@@ -428,7 +435,7 @@ def _defined_by(kind: type, name: str) -> type | None:
     return next((owner for owner in kind.__mro__ if name in vars(owner)), None)
 
 
-# ---- from effectguard.ledger.transitions ----
+# ---- The move to CONFIRMED, built once ----
 
 def to_confirmed(
     from_status: EffectStatus,

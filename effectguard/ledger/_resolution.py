@@ -1,4 +1,9 @@
-"""resolution"""
+"""Audited operator resolutions (confirm, reject, authorize-retry), written once over the primitives.
+
+Each resolution is one fenced transition that records who decided, from which
+OS user and host, and why; redacted argument values stay masked in whatever
+text the operator sees.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from effectguard.ledger._protocol import UNSET, Changes, EventDraft, Expect, to_
 __all__ = ['MAX_ASSIGNMENTS', 'OperatorResolution', 'authorize_retry', 'confirm', 'hide_redacted', 'os_user', 'previewed', 'reject']
 
 
-# ---- from effectguard.ledger.operator_text ----
+# ---- Redacted values masked in operator text ----
 
 #: Fingerprints tried at most per resolution (about a tenth of a second of hashing).
 MAX_ASSIGNMENTS = 20_000
@@ -126,7 +131,7 @@ def _mask(value: Any, found: list[str]) -> Any:
     return value
 
 
-# ---- from effectguard.ledger.resolution ----
+# ---- Audited operator resolutions over the primitives ----
 
 _RESOLVABLE = frozenset(
     {

@@ -1,4 +1,10 @@
-"""retention"""
+"""Retention: what may be pruned, the tombstone a pruned operation leaves, and the prune loop.
+
+A pruned operation's id keeps refusing a new claim (its tombstone), ``verify``
+still checks the claims anchor over it, and an archive is made durable before
+the page it holds is deleted. Backends supply a page's statements and its
+transaction; the loop, its checks and its cut-off are written here once.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from effectguard.ledger._protocol import announce_pruned
 __all__ = ['ARCHIVE_FORMAT', 'After', 'BatchPruning', 'CutOff', 'PRUNABLE', 'PrunePass', 'PruneReport', 'Tombstone', 'check_archive', 'check_statuses', 'check_tombstone', 'close_archive', 'cut_off', 'kept_for_key', 'open_archive', 'refusal', 'sync_archive', 'tombstone_of', 'write_archived']
 
 
-# ---- from effectguard.ledger.retention ----
+# ---- Retention: what may be pruned, tombstones, the archive ----
 
 #: The statuses an operation may be pruned from: the terminal ones.
 PRUNABLE = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED})
@@ -335,7 +341,7 @@ def _check_chain(stone: Tombstone, events: Sequence[dict[str, Any]]) -> list[Ver
     return problems
 
 
-# ---- from effectguard.ledger.pruning ----
+# ---- The prune loop, once; backends supply a page's statements ----
 
 C = TypeVar("C")
 

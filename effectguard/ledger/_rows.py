@@ -1,4 +1,9 @@
-"""rows"""
+"""The row schema, once: the columns both tables hold, how values are stored, and the row mapper.
+
+Every read and listing turns a stored row into an
+:class:`~effectguard.ledger.OperationRecord` here, and every write takes its
+column lists from here, so the two backends cannot drift apart.
+"""
 
 from __future__ import annotations
 
@@ -52,7 +57,7 @@ __all__ = [
 ]
 
 
-# ---- from effectguard.ledger.values ----
+# ---- How each kind of column value is stored and read back ----
 
 
 class Kind(enum.Enum):
@@ -153,7 +158,7 @@ def dumper(kind: Kind, store_time: Callable[[int], Any]) -> Convert:
     }[kind]
 
 
-# ---- from effectguard.ledger.reader ----
+# ---- A stored row read back as an OperationRecord ----
 
 #: The columns :func:`record_reader` unpacks, in order, with their kinds (the schema checks them).
 READER_ORDER = (
@@ -242,7 +247,7 @@ def record_reader(
     return read
 
 
-# ---- from effectguard.ledger.schema ----
+# ---- The row schema, once: column lists and the row mapper ----
 
 _JSON_KINDS = frozenset({Kind.DOCUMENT, Kind.JSON_TEXT, Kind.EVIDENCE, Kind.OWNER, Kind.OVERLAP})
 
@@ -618,7 +623,7 @@ SQLITE = Rows("sqlite", store_time=same_micros, load_time=chain.from_micros)
 POSTGRES = Rows("postgres", store_time=chain.from_micros, load_time=as_utc)
 
 
-# ---- from effectguard.ledger.bulk ----
+# ---- Bulk loads: every chain checked before anything is written ----
 
 #: What ``bulk_load`` takes: each operation as it should be stored, with all its events in order.
 Loadable = Iterable[tuple[OperationRecord, Sequence[EffectEvent]]]

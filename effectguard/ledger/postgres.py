@@ -1,4 +1,11 @@
-"""postgres"""
+"""The PostgreSQL ledger: several hosts sharing one set of operations.
+
+:class:`PostgresEffectLedger` claims by ``INSERT … ON CONFLICT`` in one round
+trip, fences every transition with a conditional ``UPDATE``, and judges lease
+expiry by the database server's clock, so hosts whose clocks disagree still
+agree on who holds an operation. Importing this module imports psycopg (the
+``postgres`` extra); without it, the ``ImportError`` names the extra.
+"""
 
 from __future__ import annotations
 
@@ -75,7 +82,7 @@ from effectguard.ledger._rows import POSTGRES as _ROWS
 __all__ = ['ANCHOR_MIGRATION', 'ANCHOR_SHARDS', 'Connection', 'ConnectionLost', 'Connections', 'DEFAULT_SCHEMA', 'EVENT_SELECT', 'MIGRATIONS', 'OPERATION_COLUMNS', 'PostgresEffectLedger', 'PostgresPruning', 'RECENT_SECONDS', 'Recent', 'SCHEMA_VERSION', 'Seen', 'Statements', 'TOMBSTONED', 'Tombstoned', 'after', 'chain_parameters', 'check_schema_name', 'created', 'describe', 'moment', 'select_list', 'split_target', 'stone_select', 'tombstone_problems', 'utc']
 
 
-# ---- from effectguard.ledger.postgres.sql ----
+# ---- Every statement, for one schema ----
 
 #: Where a ledger's tables live unless ``schema=`` (or ``?schema=`` in the URL) says otherwise.
 DEFAULT_SCHEMA = "effectguard"
@@ -442,7 +449,7 @@ class Statements:
         return f"SELECT {_EVENT_SELECT} FROM {self.qualified}.events ORDER BY operation_id, seq"
 
 
-# ---- from effectguard.ledger.postgres.migrations ----
+# ---- The tables as data: versioned forward migrations ----
 
 #: The SQLSTATE the trigger raises for an insert under a pruned operation id.
 TOMBSTONED = "EGP01"
@@ -573,7 +580,7 @@ ANCHOR_SHARDS = 16
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-# ---- from effectguard.ledger.postgres.rows ----
+# ---- Statement parameters shaped from the schema's rows ----
 
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -662,7 +669,7 @@ def created(operation: NewOperation, at: datetime) -> dict[str, Any]:
     return parameters
 
 
-# ---- from effectguard.ledger.postgres.connections ----
+# ---- The pool and connections; driver errors translated ----
 
 T = TypeVar("T")
 
@@ -924,7 +931,7 @@ def _forget_parent_pools() -> None:
 os.register_at_fork(after_in_child=_forget_parent_pools)
 
 
-# ---- from effectguard.ledger.postgres.recent ----
+# ---- What this thread last saw of an operation, and the server's clock then ----
 
 #: How long what a thread saw stays a usable guess.
 RECENT_SECONDS = 1.0
@@ -986,7 +993,7 @@ class Recent:
         return seen
 
 
-# ---- from effectguard.ledger.postgres.pruning ----
+# ---- Retention's statements: a prune page locked SKIP LOCKED, tombstones ----
 
 if TYPE_CHECKING:
     from psycopg import Connection as _Connection
@@ -1141,7 +1148,7 @@ class PostgresPruning(BatchPruning["Connection"]):
         conn.execute(f"DELETE FROM {s}.operations WHERE operation_id = ANY(%s)", (ids,))
 
 
-# ---- from effectguard.ledger.postgres.ledger ----
+# ---- PostgresEffectLedger ----
 
 # A write that keeps finding its row changed by others gives up after this many reads.
 T = TypeVar("T")

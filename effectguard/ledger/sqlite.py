@@ -202,7 +202,7 @@ def enable_wal(conn: sqlite3.Connection, busy_timeout: float) -> None:
         time.sleep(0.005)
 
 
-# ---- from effectguard.ledger.sqlite.connection ----
+# ---- One SQLite file: connections, format check, migrations, transactions ----
 
 
 # -- the file format, connections and transactions ---------------------------------
@@ -366,7 +366,7 @@ def _tag(application_id: int) -> str:
     return f"0x{application_id & 0xFFFFFFFF:08X}{letters}"
 
 
-# ---- from effectguard.ledger.sqlite.pending ----
+# ---- One write waiting in the group commit ----
 
 
 # -- the group commit ----------------------------------------------------------------
@@ -478,7 +478,7 @@ def writer_died(cause: BaseException) -> LedgerUnavailableError:
     )
 
 
-# ---- from effectguard.ledger.sqlite.group ----
+# ---- Group commit: one writer commits what its threads and loops queued ----
 
 
 _log = logging.getLogger("effectguard")
@@ -580,8 +580,10 @@ class GroupCommit:
         one is done, exactly as after a batch.
         """
         try:
-            self._check(operation_id)
+            # Connect first: the first connection pins the file the check compares against
+            # (checked before it, a file another handle just created would look replaced).
             conn = connect()
+            self._check(operation_id)
             with conn.in_use:
                 result = work(conn)
         finally:
@@ -860,7 +862,7 @@ def _read_all(reads: list[Pending[Any]]) -> None:
     deliver(reads)
 
 
-# ---- from effectguard.ledger.sqlite.anchoring ----
+# ---- The claims anchor's statements ----
 
 
 # -- the claims anchor ---------------------------------------------------------------
@@ -1109,7 +1111,7 @@ def _prune_one(
     conn.execute("DELETE FROM operations WHERE operation_id = ?", (record.operation_id,))
 
 
-# ---- from effectguard.ledger.sqlite.migrations ----
+# ---- The file's format as data: application id, schema, migrations ----
 
 
 # -- the ledger file's format: application id, schema, migrations --------------------
@@ -1562,7 +1564,7 @@ class LedgerFile:
         self.close()
 
 
-# ---- from effectguard.ledger.sqlite.recent ----
+# ---- The rows this ledger wrote last, and the ledger itself ----
 
 
 #: The ledger's file format (the shared opening and migration code reads it).

@@ -1,4 +1,10 @@
-"""recover"""
+"""Re-probing an operation nobody is working on, and sweeping every uncertain one.
+
+A re-probe asks the provider's outcome probe and writes what its answer
+proves through the reconcile table, as one fenced write; it never dispatches.
+:func:`recover` sweeps a ledger once, :class:`Recoverer` keeps sweeping with a
+backoff per operation.
+"""
 
 from __future__ import annotations
 
@@ -36,12 +42,22 @@ from effectguard.ledger._resolution import os_user
 
 if TYPE_CHECKING:
     from effectguard._contract import EffectContract
-    from effectguard.ledger._protocol import EffectLedger
 
-__all__ = ['REPROBED_STATUSES', 'Recoverer', 'RecoveryReport', 'ReprobeAction', 'ReprobeOutcome', 'Skipped', 'recover', 'reprobe', 'reprobe_problem', 'start_recovery']
+__all__ = [
+    "REPROBED_STATUSES",
+    "Recoverer",
+    "RecoveryReport",
+    "ReprobeAction",
+    "ReprobeOutcome",
+    "Skipped",
+    "recover",
+    "reprobe",
+    "reprobe_problem",
+    "start_recovery",
+]
 
 
-# ---- from effectguard.executor.reprobe ----
+# ---- Re-probing an operation nobody is working on ----
 
 #: The statuses a re-probe may look at; DISPATCHED and RECONCILING only when nobody holds them.
 REPROBED_STATUSES = frozenset(
@@ -338,11 +354,9 @@ async def _await(value: Any) -> Any:
     return await value
 
 
-# ---- from effectguard.recovery ----
+# ---- Recovery sweeps: recover(), the Recoverer and its backoff ----
 
 logger = logging.getLogger("effectguard.recovery")
-
-
 
 
 _DEFAULT_BATCH = 100
@@ -526,7 +540,7 @@ def recover(
 
     ``ledger`` is a ledger, a path or URL (opened and closed here), or None for
     the executor :func:`effectguard.configure` set. ``tools`` names where the
-    probes are: a :class:`~effectguard.decorator.discovery.ToolIndex`, module
+    probes are: a :class:`~effectguard.operator.ToolIndex`, module
     names (``"billing.tools,mail.tools"``) or tool objects; None means every
     tool decorated in this process (plus the ``EFFECTGUARD_TOOLS`` modules).
     An operation whose tool is not among them is reported as skipped. The

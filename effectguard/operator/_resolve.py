@@ -1,4 +1,9 @@
-"""resolve"""
+"""An operator's resolution of one operation: checked first, previewable, then applied.
+
+The output an operator confirms is read through the contract's codec and
+checked against the tool's return annotation before anything is written;
+``dry_run`` shows what would be written and writes nothing.
+"""
 
 from __future__ import annotations
 
@@ -18,10 +23,10 @@ if TYPE_CHECKING:
     from effectguard._model import OperationRecord
     from effectguard.ledger._protocol import EffectLedger
 
-__all__ = ['ACTIONS', 'Resolution', 'UNCHECKED_OUTPUT', 'check_output', 'output_problem', 'resolve']
+__all__ = ["ACTIONS", "UNCHECKED_OUTPUT", "Resolution", "check_output", "output_problem", "resolve"]
 
 
-# ---- from effectguard.output_shape ----
+# ---- Whether an operator's output has the type the tool declares ----
 
 _SEQUENCES = (list, tuple, set, frozenset, collections.abc.Sequence, collections.abc.Set)
 
@@ -135,7 +140,7 @@ def _typed_dict(value: Any, annotation: Any, path: str) -> str | None:
     return None
 
 
-# ---- from effectguard.operator_actions ----
+# ---- An operator's resolution, checked and previewable ----
 
 Action = Literal["confirm", "reject", "authorize-retry"]
 

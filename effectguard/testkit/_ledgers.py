@@ -20,6 +20,7 @@ from effectguard.ledger._protocol import claims_first, read_commitments
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from effectguard._model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
     from effectguard.ledger._chain import AnchorHead
     from effectguard.ledger._protocol import (
         Changes,
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
         Expect,
         NewOperation,
     )
-    from effectguard._model import EffectEvent, EffectStatus, OperationRecord, VerifyReport
 
 __all__ = ["DelegatingLedger"]
 
@@ -62,9 +62,10 @@ class DelegatingLedger:
         events: Sequence[EventDraft],
         *,
         now: float | None = None,
+        known: OperationRecord | None = None,
     ) -> OperationRecord:
         """See :meth:`EffectLedger.transition`."""
-        return self.inner.transition(operation_id, expect, changes, events, now=now)
+        return self.inner.transition(operation_id, expect, changes, events, now=now, known=known)
 
     def renew(
         self, operation_id: str, lease_token: str, seconds: float, *, now: float | None = None

@@ -68,10 +68,11 @@ class FenceCounter(DelegatingLedger):
         events: Sequence[EventDraft],
         *,
         now: float | None = None,
+        known: OperationRecord | None = None,
     ) -> OperationRecord:
         """See :meth:`EffectLedger.transition`; a :class:`FencedWriteError` is counted."""
         try:
-            return super().transition(operation_id, expect, changes, events, now=now)
+            return super().transition(operation_id, expect, changes, events, now=now, known=known)
         except FencedWriteError:
             self.fenced += 1
             raise

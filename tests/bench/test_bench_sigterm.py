@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
-MAIN = "from effectguard.cli.main import main; main()"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _start(*args: str) -> subprocess.Popen[str]:
+def _start(module: str, *args: str) -> subprocess.Popen[str]:
+    """Run ``python -m module *args`` from the repository root, as CI does."""
     return subprocess.Popen(
-        [sys.executable, "-c", MAIN, *args],
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -55,8 +57,9 @@ def _schemas(url: str, prefix: str) -> list[str]:
 def test_a_bench_stopped_by_sigterm_removes_its_ledgers(backend: str, tmp_path: Path, request):
     """Mid-run SIGTERM: exit 143, one line saying so, no ledger directory or schema left."""
     url = request.getfixturevalue("postgres_url") if backend == "postgres" else None
+    db = url or str(tmp_path)
     process = _start(
-        "bench", "--backend", backend, "--db", url or str(tmp_path), "--ops", "50", "--rounds", "50"
+        "benchmarks", "--backend", backend, "--db", db, "--ops", "50", "--rounds", "50"
     )
     stderr = _stop_when(process, "bench: guarded calls")
     assert process.returncode == 128 + signal.SIGTERM, stderr
@@ -69,9 +72,8 @@ def test_a_bench_stopped_by_sigterm_removes_its_ledgers(backend: str, tmp_path: 
 
 def test_a_matrix_stopped_by_sigterm_drops_its_schema(postgres_url: str):
     """The PostgreSQL matrix's schema of its own is dropped when SIGTERM stops the run."""
-    process = _start(
-        "matrix", "--backend", "postgres", "--db", postgres_url, "--episodes", "5000", "--seed", "3"
-    )
+    arguments = ["--backend", "postgres", "--db", postgres_url, "--episodes", "5000", "--seed", "3"]
+    process = _start("proofs.matrix", *arguments)
     stderr = _stop_when(process, "matrix episodes:")
     assert process.returncode == 128 + signal.SIGTERM, stderr
     assert "matrix: stopped by SIGTERM" in stderr

@@ -13,9 +13,8 @@ from typing import Any
 
 from click.testing import CliRunner, Result
 
-from effectguard import EffectContract, EffectExecutor, EffectLedger, EffectStatus
+from effectguard import EffectContract, EffectExecutor, EffectLedger, EffectStatus, open_ledger
 from effectguard.cli.ops import main
-from effectguard import open_ledger
 from effectguard.operator import UNCHECKED_OUTPUT
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 

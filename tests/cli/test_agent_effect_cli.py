@@ -1,4 +1,4 @@
-"""agent-effect: scenarios and the matrix from the command line, reports, exit codes, bad input."""
+"""agent-effect scenarios and python -m proofs.matrix: reports, exit codes, bad input."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from effectguard.cli._progress import progress_on_stderr
 from effectguard.cli.main import cli
 from effectguard.testkit.scenarios import SCENARIOS
+from proofs.matrix.__main__ import matrix
 
 REPORT_FIELDS = {
     "scenario",
@@ -48,7 +49,7 @@ def test_every_scenario_holds_its_invariant_and_writes_a_report(name, tmp_path):
     assert all(check["held"] for check in report["checks"])
     assert report["committed_effects"] == 1
     assert report["duplicates_detected"] == 0
-    assert report["event_types"][:2] == ["prepared", "dispatched"]
+    assert report["event_types"][:1] == ["claimed"]
 
 
 def test_list_names_every_scenario():
@@ -85,8 +86,7 @@ def test_scenario_records_into_the_given_db_and_refuses_to_rerun_over_it(tmp_pat
         (["--scenario", "conflict", "--output", "{tmp}"], "is a directory"),
         (["--list", "--scenario", "conflict"], "cannot be combined"),
         (["--seed", "3"], "need --scenario NAME"),
-        (["--scenario", "conflict", "matrix"], "cannot be combined with a command"),
-        (["matrix", "--episodes", "0"], "Invalid value for '--episodes'"),
+        (["--scenario", "conflict", "matrix"], "No such command 'matrix'"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(arguments, message, tmp_path):
@@ -105,8 +105,8 @@ def test_broken_contract_makes_the_matrix_fail_with_exit_1(tmp_path):
     """A key that changes per request, declared guaranteed, is caught as duplicates: exit 1."""
     output = tmp_path / "matrix.json"
     result = CliRunner().invoke(
-        cli,
-        ["matrix", "--episodes", "40", "--seed", "7", "--broken-contract", "--output", str(output)],
+        matrix,
+        ["--episodes", "40", "--seed", "7", "--broken-contract", "--output", str(output)],
     )
     assert result.exit_code == 1, result.output
     assert "FAILED (contract deliberately broken)" in result.output
@@ -123,7 +123,7 @@ def test_broken_contract_makes_the_matrix_fail_with_exit_1(tmp_path):
 
 def test_matrix_prints_no_progress_bar_when_piped():
     """Piped, stdout gets the table and verdict only; progress is a plain line on stderr."""
-    result = CliRunner().invoke(cli, ["matrix", "--episodes", "8", "--seed", "1"])
+    result = CliRunner().invoke(matrix, ["--episodes", "8", "--seed", "1"])
     assert result.exit_code == 0, result.output
     assert "episodes  [" not in result.output
     assert result.stdout.splitlines()[0].startswith("kind")
@@ -214,11 +214,12 @@ def test_matrix_progress_is_a_line_every_few_seconds_off_a_terminal():
         (["--db", "ledger.db"], "--db is for --backend postgres"),
         (["--backend", "postgres", "--db", "mysql://x/y"], "is not a postgresql:// URL"),
         (["--workers", "0"], "--workers"),
+        (["--episodes", "0"], "Invalid value for '--episodes'"),
     ],
 )
 def test_matrix_bad_backend_options_are_one_line_errors(arguments, message):
     """A backend option that cannot work is refused before anything runs, with exit status 2."""
-    result = CliRunner().invoke(cli, ["matrix", "--episodes", "2", *arguments])
+    result = CliRunner().invoke(matrix, ["--episodes", "2", *arguments])
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "kind" not in result.stdout

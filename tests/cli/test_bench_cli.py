@@ -1,4 +1,4 @@
-"""agent-effect bench from the command line: bad input is refused before anything runs."""
+"""python -m benchmarks from the command line: bad input is refused before anything runs."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ import pytest
 from click.testing import CliRunner
 from postgres_support import import_psycopg
 
-from effectguard.cli.main import cli
+from benchmarks.__main__ import bench
 
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--ops", "3", "--rounds", "1", "--ledger-size", "100"]
 
 
 def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, ["bench", *args])
+    result = CliRunner().invoke(bench, list(args))
     return result.exit_code, result.output
 
 
@@ -74,14 +75,13 @@ def test_an_output_in_a_missing_directory_is_refused_before_running(tmp_path: Pa
 
 @pytest.mark.slow
 def test_the_installed_command_writes_the_same_report_it_prints(tmp_path: Path):
-    """A real `agent-effect bench --json --output` run: exit 0, stdout and file hold one report."""
+    """A real `python -m benchmarks --json --output` run: exit 0, stdout and file hold a report."""
     output = tmp_path / "bench.json"
     completed = subprocess.run(
         [
             sys.executable,
-            "-c",
-            "from effectguard.cli.main import main; main()",
-            "bench",
+            "-m",
+            "benchmarks",
             *TINY,
             "--db",
             str(tmp_path),
@@ -89,6 +89,7 @@ def test_the_installed_command_writes_the_same_report_it_prints(tmp_path: Path):
             "--output",
             str(output),
         ],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -18,8 +18,8 @@ from ops_helpers import ARGS, AUDIT, CONTRACT, KEY, OP, Run, parsed, quarantined
 
 import effectguard
 from effectguard import EffectContract, EffectExecutor, EffectLedger, EffectStatus, EventType
-from effectguard.cli.ops import main
 from effectguard._fingerprint import REDACTED
+from effectguard.cli.ops import main
 from effectguard.testkit import FakePaymentProvider
 
 # -- reading ---------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def test_show_has_what_on_call_needs(run: Run, quarantined: FakePaymentProvider)
     assert fields["lease"] == "none"
     assert fields["overlap risk"] == "none"
     assert '"probe":null' in fields["evidence"]
-    assert fields["events"] == "5"
+    assert fields["events"] == "4"
 
 
 def test_show_json_has_every_field_but_the_lease_token(
@@ -107,7 +107,7 @@ def test_show_json_has_every_field_but_the_lease_token(
     assert record["output"] is None
     assert record["overlap_risk"] is False
     assert record["lease"] is None
-    assert record["event_count"] == 5
+    assert record["event_count"] == 4
     assert "token" not in str(record).replace("card_token", "")
 
 
@@ -143,15 +143,14 @@ def test_events_shows_the_history(run: Run, quarantined: FakePaymentProvider) ->
     lines = run("events", OP).stdout.splitlines()
     assert lines[0].split() == ["SEQ", "AT", "TYPE", "TRANSITION", "ATTEMPT", "EVIDENCE"]
     assert [line.split()[2] for line in lines[1:]] == [
-        "prepared",
-        "dispatched",
+        "claimed",
         "outcome_unknown",
         "reconciling",
         "quarantined",
     ]
-    assert "ProviderTimeout" in lines[3]
+    assert "ProviderTimeout" in lines[2]
     history = parsed(run("events", OP, "--json"))
-    assert [event["seq"] for event in history] == [1, 2, 3, 4, 5]
+    assert [event["seq"] for event in history] == [1, 2, 3, 4]
     assert history[-1]["from"] == "RECONCILING"
     assert history[-1]["to"] == "QUARANTINED"
     assert len(history[-1]["hash"]) == 64
@@ -172,13 +171,13 @@ def test_verify_passes_an_intact_ledger(
     run: Run, quarantined: FakePaymentProvider, backend: str
 ) -> None:
     """Verify checks every chain and exits 0 when all are intact."""
-    assert run("verify").stdout == "checked 1 operations and 5 events\n"
+    assert run("verify").stdout == "checked 1 operations and 4 events\n"
     report = parsed(run("verify", "--json"))
     anchor = report.pop("anchor")
     assert report == {
         "ok": True,
         "operations_checked": 1,
-        "events_checked": 5,
+        "events_checked": 4,
         "problems": [],
         "operations_uncovered": 0,
     }
@@ -193,18 +192,18 @@ def test_verify_names_the_tampered_operation_and_event(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute(
             'UPDATE events SET evidence = \'{"handler":"returned"}\' '
-            "WHERE operation_id = ? AND seq = 3",
+            "WHERE operation_id = ? AND seq = 2",
             (OP,),
         )
     conn.close()
     result = Run(str(path))("verify", code=1)
-    assert f"operation {OP!r} event 3: event hash does not match" in result.stdout
-    assert f"operation {OP!r} event 3" in result.stderr
+    assert f"operation {OP!r} event 2: event hash does not match" in result.stdout
+    assert f"operation {OP!r} event 2" in result.stderr
     assert "tampered" in result.stderr
     report = parsed(Run(str(path))("verify", "--json", code=1))
     assert report["ok"] is False
     problem = report["problems"][0]
-    assert (problem["operation_id"], problem["seq"]) == (OP, 3)
+    assert (problem["operation_id"], problem["seq"]) == (OP, 2)
 
 
 # -- resolving -------------------------------------------------------------------------
@@ -225,7 +224,7 @@ def test_confirm_records_the_output_that_execute_replays(
         capture["id"],
         *AUDIT,
     )
-    assert result.stdout.startswith(f"confirmed {OP!r}: QUARANTINED -> CONFIRMED (event 6")
+    assert result.stdout.startswith(f"confirmed {OP!r}: QUARANTINED -> CONFIRMED (event 5")
     assert "actor 'alice'" in result.stdout
     replay = EffectExecutor(make_ledger()).execute(CONTRACT, ARGS, quarantined.handler)
     assert replay.confirmed
@@ -240,7 +239,7 @@ def test_reject_is_replayed_and_never_dispatched(
 ) -> None:
     """Reject makes the operation REJECTED; execute replays that and sends nothing."""
     result = run("reject", OP, *AUDIT)
-    assert result.stdout.startswith(f"rejected {OP!r}: QUARANTINED -> REJECTED (event 6")
+    assert result.stdout.startswith(f"rejected {OP!r}: QUARANTINED -> REJECTED (event 5")
     replay = EffectExecutor(make_ledger()).execute(CONTRACT, ARGS, quarantined.handler)
     assert replay.status is EffectStatus.REJECTED
     assert replay.replayed
@@ -260,7 +259,7 @@ def test_resolution_events_carry_the_audit(run: Run, quarantined: FakePaymentPro
     )
     assert f"(uid {os.getuid()})" in evidence["os_user"]
     assert evidence["host"] == socket.gethostname()
-    assert run("verify").stdout == "checked 1 operations and 6 events\n"
+    assert run("verify").stdout == "checked 1 operations and 5 events\n"
 
 
 def test_authorize_retry_sends_once_more_with_the_same_key(
@@ -280,7 +279,7 @@ def test_authorize_retry_sends_once_more_with_the_same_key(
     executor = EffectExecutor(ledger)
     assert executor.execute(CONTRACT, ARGS, handler).status is EffectStatus.QUARANTINED
     result = run("authorize-retry", OP, *AUDIT)
-    assert "QUARANTINED -> PREPARED (event 6" in result.stdout
+    assert "QUARANTINED -> PREPARED (event 5" in result.stdout
     assert executor.execute(CONTRACT, ARGS, handler).confirmed
     assert executor.execute(CONTRACT, ARGS, handler).replayed
     assert keys == [KEY, KEY]

@@ -61,7 +61,7 @@ def test_export_to_stdout_filters_by_status(site: Site) -> None:
     done = site.ops("export", "--status", "quarantined", "--limit", "1")
     kinds = [json.loads(line)["kind"] for line in done.stdout.splitlines()]
     assert kinds.count("operation") == 1
-    assert kinds.count("event") == 5
+    assert kinds.count("event") == 4
 
 
 def test_export_never_overwrites_a_file(site: Site) -> None:

@@ -30,7 +30,7 @@ import os, sys
 import gettext, json, locale, sqlite3, unicodedata
 import effectguard.cli.ops as ops
 import effectguard.cli._ops_click, effectguard.cli._ops_views
-import effectguard.ledger.sqlite, effectguard.model, effectguard.operator_actions
+import effectguard.ledger.sqlite, effectguard._model, effectguard.operator
 uid = int(sys.argv[1])
 if os.geteuid() == 0 and uid != 0:
     os.setgroups([])

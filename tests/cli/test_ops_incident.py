@@ -59,13 +59,12 @@ def test_timeout_quarantine_then_authorized_retry_commits_once(
 
         history = parsed(run("events", OP, "--json"))
         assert [event["type"] for event in history] == [
-            "prepared",
-            "dispatched",
+            "claimed",
             "outcome_unknown",
             "reconciling",
             "quarantined",
         ]
-        assert history[2]["evidence"]["handler"] == "timed_out"
+        assert history[1]["evidence"]["handler"] == "timed_out"
         assert "may still send" in run("show", OP).stdout
 
         run("authorize-retry", OP, *AUDIT)

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from effectguard import EffectExecutor, EffectPruned, EffectStatus, use_executor
-from effectguard import EffectLedger
+from effectguard import EffectExecutor, EffectLedger, EffectPruned, EffectStatus, use_executor
 
 DAY = 86_400.0
 OLD = time.time() - 40 * DAY
@@ -228,7 +227,7 @@ def test_verify_archive_refuses_a_malformed_file_and_fails_an_edited_one(
     assert "archive line 1" in refused.stderr
 
     lines = [json.loads(line) for line in archive.read_text().splitlines()]
-    lines[2]["document"] = lines[2]["document"].replace("PREPARED", "REJECTED")
+    lines[2]["document"] = lines[2]["document"].replace("DISPATCHED", "REJECTED")
     archive.write_text("".join(json.dumps(line) + "\n" for line in lines))
     failed = _ops(ledger_target, tmp_path, "verify", "--archive", str(archive), code=1)
     assert operation_id in failed.stderr

@@ -164,7 +164,7 @@ def test_output_problem_checks_the_declared_type(
 
 def test_output_problem_reads_a_dataclass_through_its_codec() -> None:
     """A dataclass output is rebuilt by the codec; a missing field is refused."""
-    from effectguard._codec import codec_for
+    from effectguard._codec import codec_for  # noqa: PLC0415 - beside its only use
 
     codec = codec_for(Receipt)
     assert output_problem({"id": "r1", "amount": 5}, Receipt, codec) is None

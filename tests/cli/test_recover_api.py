@@ -57,9 +57,7 @@ def test_recover_dry_run_writes_nothing(site: Site, ledger: EffectLedger) -> Non
 def test_recover_without_the_tool_reports_it_skipped(site: Site, ledger: EffectLedger) -> None:
     """An operation whose tool is not given is skipped with the reason, not guessed at."""
     leave_uncertain(site, ledger)
-    from effectguard._decorator import ToolIndex
-
-    report = effectguard.recover(ledger, tools=ToolIndex())
+    report = effectguard.recover(ledger, tools=effectguard.operator.ToolIndex())
 
     assert report.probed == ()
     assert [item.operation_id for item in report.skipped] == [OP]
@@ -72,7 +70,10 @@ def test_recoverer_backs_off_per_operation_between_sweeps(site: Site, ledger: Ef
     leave_uncertain(site, ledger, committed=False)
     now = [100.0]
     recoverer = Recoverer(
-        ledger, effectguard.operator.load_tools([site.module()]), backoff_initial=10, clock=lambda: now[0]
+        ledger,
+        effectguard.operator.load_tools([site.module()]),
+        backoff_initial=10,
+        clock=lambda: now[0],
     )
 
     first = recoverer.sweep()

@@ -17,9 +17,9 @@ from effectguard import (
     EffectStatus,
     OutcomeProbeResult,
     effect,
+    open_ledger,
     use_executor,
 )
-from effectguard import open_ledger
 from effectguard.runtime import (
     AgentRuntime,
     RunState,

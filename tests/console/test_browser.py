@@ -32,8 +32,7 @@ from selenium import webdriver  # noqa: E402 - imported once the extra is known 
 from selenium.webdriver.chrome.service import Service  # noqa: E402 - imported once the extra is known to be installed
 from selenium.webdriver.common.by import By  # noqa: E402 - imported once the extra is known to be installed
 
-from effectguard import EffectStatus  # noqa: E402 - imported once the extra is known to be installed
-from effectguard import open_ledger
+from effectguard import EffectStatus, open_ledger  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.runtime import RunState  # noqa: E402 - imported once the extra is known to be installed
 
 pytestmark = pytest.mark.slow

@@ -33,7 +33,7 @@ from starlette.testclient import TestClient  # noqa: E402 - imported once the ex
 from effectguard import EffectLedger, EffectStatus  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console import ConsoleSettings, create_app  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console.security import COOKIE, SECURITY_HEADERS  # noqa: E402 - imported once the extra is known to be installed
-from effectguard._decorator import load_tools
+from effectguard.operator import load_tools  # noqa: E402 - imported once the extra is known to be installed
 
 CSRF_FIELD = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 
@@ -393,7 +393,7 @@ def test_reprobe_confirms_on_the_providers_evidence_and_never_sends(
 
 def test_the_runs_page_lists_a_waiting_run_and_what_blocks_it(tmp_path: Path):
     waiting_run(tmp_path)
-    from effectguard import open_ledger
+    from effectguard import open_ledger  # noqa: PLC0415 - this test's own ledger file
 
     ledger = open_ledger(tmp_path / "ledger.db")
     try:

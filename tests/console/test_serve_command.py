@@ -16,7 +16,7 @@ import_extra("starlette", "console")
 
 from console_support import quarantine, sqlite_state  # noqa: E402 - imported once the extra is known to be installed
 
-from effectguard import open_ledger
+from effectguard import open_ledger  # noqa: E402 - imported once the extra is known to be installed
 
 SCRIPT = shutil.which("agent-effect-ops", path=str(Path(sys.executable).parent))
 

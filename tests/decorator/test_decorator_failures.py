@@ -135,7 +135,7 @@ def test_the_quarantine_is_logged_as_a_warning_with_the_operation(ledger, driver
     assert [status for status, _ in warnings] == ["OUTCOME_UNKNOWN", "QUARANTINED"]
     assert all("NameError" in message for _, message in warnings)
     debug = [r.status for r in records if r.levelno == logging.DEBUG]
-    assert debug == ["PREPARED", "DISPATCHED", "RECONCILING", "QUARANTINED"]
+    assert debug == ["DISPATCHED", "RECONCILING", "QUARANTINED"]
     assert provider.committed() == 1
 
 

@@ -191,7 +191,7 @@ def test_ledger_failure_while_recording_leaves_dispatched_and_is_reconciled_late
     assert provider.committed() == 1
 
 
-def test_wait_seconds_waits_for_the_other_worker_and_replays_its_result(ledger):
+def test_wait_for_peer_waits_for_the_other_worker_and_replays_its_result(ledger):
     """A caller asked to wait replays the outcome of the worker that holds the operation."""
     provider = FakePaymentProvider()
     gate, started = threading.Event(), threading.Event()
@@ -209,7 +209,7 @@ def test_wait_seconds_waits_for_the_other_worker_and_replays_its_result(ledger):
     started.wait(10)
     threading.Timer(0.2, gate.set).start()
     waited = EffectExecutor(ledger, poll_interval=0.01).execute(
-        contract, ARGS, provider.handler, wait_seconds=20
+        contract, ARGS, provider.handler, wait_for_peer=20
     )
     worker.join(10)
 

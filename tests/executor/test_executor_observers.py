@@ -112,8 +112,7 @@ def test_a_context_observer_sees_a_tool_pinned_to_its_own_executor(ledger, drive
     capture("INV-1042", 1999)  # outside the context: nobody hears of it
 
     assert [t.event for t in outer if not t.final] == [
-        EventType.PREPARED,
-        EventType.DISPATCHED,
+        EventType.CLAIMED,
         EventType.CONFIRMED,
     ]
     assert [t.to_status for t in outer if t.final] == [EffectStatus.CONFIRMED]
@@ -178,7 +177,7 @@ def test_an_observer_that_raises_changes_no_outcome(ledger, caplog):
     result = executor.execute(capture_contract(provider), ARGS, provider.handler)
     assert result.status is EffectStatus.CONFIRMED
     failures = [r for r in caplog.records if r.name == "effectguard.observe"]
-    assert len(failures) == 4  # prepared, dispatched, confirmed, the result
+    assert len(failures) == 3  # claimed, confirmed, the result
     assert all(isinstance(r.exc_info[1], OSError) for r in failures)
     assert {r.operation_id for r in failures} == {OPERATION}
     assert provider.committed() == 1
@@ -302,7 +301,7 @@ def test_a_watcher_that_raises_changes_no_outcome(ledger, caplog):
     executor = EffectExecutor(ledger, clock=ManualClock(), observers=[watcher])
     result = executor.execute(capture_contract(provider), ARGS, provider.handler)
     assert result.status is EffectStatus.CONFIRMED
-    assert watcher.log == ["event prepared", "event dispatched", "event confirmed", "result"]
+    assert watcher.log == ["event claimed", "event confirmed", "result"]
     failures = [r for r in caplog.records if r.name == "effectguard.observe"]
     assert [type(r.exc_info[1]) for r in failures] == [OSError]
     assert provider.committed() == 1
@@ -349,8 +348,7 @@ def test_a_result_names_the_type_of_the_handlers_exception_not_its_message(ledge
         (
             logging.DEBUG,
             [
-                "prepared: new -> PREPARED",
-                "dispatched: PREPARED -> DISPATCHED",
+                "claimed: new -> DISPATCHED",
                 "confirmed: DISPATCHED -> CONFIRMED",
                 "result CONFIRMED",
             ],

@@ -10,7 +10,6 @@ from datetime import UTC, timedelta
 
 import pytest
 from _ledger_samples import (
-    CLAIM_EVENTS,
     DISPATCHED,
     OTHER,
     OWNER,
@@ -35,14 +34,15 @@ def test_claim_creates_the_operation_once_and_durably(ledger, make_ledger, clock
     record, created = ledger.claim(operation(), now=clock())
     assert created
     assert record.status is DISPATCHED
-    assert (record.attempts, record.attempt_budget, record.event_count) == (1, 3, 2)
+    assert (record.attempts, record.attempt_budget, record.event_count) == (1, 3, 1)
     assert (record.lease_token, record.lease_owner, record.lease_live) == (TOKEN_A, OWNER, True)
     assert record.arguments["note"] == "café ☕"
     other = make_ledger()
     assert other.get(record.operation_id, now=clock()) == record
     events = other.events(record.operation_id)
-    assert [e.type for e in events] == [EventType.PREPARED, EventType.DISPATCHED]
-    assert [e.seq for e in events] == [1, 2]
+    assert [e.type for e in events] == [EventType.CLAIMED]
+    assert [(e.from_status, e.to_status, e.attempt) for e in events] == [(None, DISPATCHED, 1)]
+    assert [e.seq for e in events] == [1]
     assert events[-1].hash == record.event_head
 
 
@@ -58,7 +58,7 @@ def test_second_claim_returns_the_existing_record_unchanged(ledger, clock):
     assert again.fingerprint == first.fingerprint
     assert again.event_head == first.event_head
     assert again.updated_at == first.updated_at
-    assert len(ledger.events(first.operation_id)) == 2
+    assert len(ledger.events(first.operation_id)) == 1
 
 
 def test_concurrent_claims_create_exactly_one(ledger, clock):
@@ -129,7 +129,7 @@ def test_transition_applies_changes_and_events_together(ledger, clock):
     clock.advance(3)
     record = ledger.transition(
         claimed.operation_id,
-        Expect(statuses=frozenset({DISPATCHED}), lease_token=TOKEN_A, event_count=2),
+        Expect(statuses=frozenset({DISPATCHED}), lease_token=TOKEN_A, event_count=1),
         Changes(
             EffectStatus.CONFIRMED,
             lease=None,
@@ -149,7 +149,7 @@ def test_transition_applies_changes_and_events_together(ledger, clock):
     assert not record.lease_live
     assert record.updated_at == from_micros(round(clock() * 1_000_000))
     assert record.created_at == claimed.created_at
-    assert record.event_count == 3
+    assert record.event_count == 2
     assert ledger.get(claimed.operation_id, now=clock()) == record
     events = ledger.events(claimed.operation_id)
     assert events[-1].type is EventType.CONFIRMED
@@ -222,7 +222,7 @@ FENCES = {
         "status is DISPATCHED, expected QUARANTINED",
     ),
     "live lease when expiry is required": (Expect(lease_expired=True), "lease is still live"),
-    "stale event count": (Expect(event_count=1), "operation changed since it was read"),
+    "stale event count": (Expect(event_count=0), "operation changed since it was read"),
 }
 
 
@@ -240,16 +240,16 @@ def test_fenced_writes_are_refused_and_change_nothing(ledger, clock, case):
             now=clock() + 1,
         )
     assert ledger.get(claimed.operation_id, now=clock()) == claimed
-    assert len(ledger.events(claimed.operation_id)) == 2
+    assert len(ledger.events(claimed.operation_id)) == 1
 
 
 def test_a_transition_whose_events_cannot_be_stored_changes_nothing(ledger, ledger_sql, clock):
     """When the events cannot be written, the row keeps its old values: both or neither."""
     claimed, _ = ledger.claim(operation(), now=clock())
-    # A stray third event makes the transition's own third event collide.
+    # A stray second event makes the transition's own second event collide.
     ledger_sql(
-        "INSERT INTO events SELECT operation_id, 3, type, from_status, to_status, attempt,"
-        " {at}, evidence, hash, commits FROM events WHERE operation_id = ? AND seq = 2",
+        "INSERT INTO events SELECT operation_id, 2, type, from_status, to_status, attempt,"
+        " {at}, evidence, hash, commits FROM events WHERE operation_id = ? AND seq = 1",
         claimed.operation_id,
     )
     with pytest.raises(LedgerUnavailableError):
@@ -261,7 +261,7 @@ def test_a_transition_whose_events_cannot_be_stored_changes_nothing(ledger, ledg
             now=clock() + 1,
         )
     assert ledger.get(claimed.operation_id, now=clock()) == claimed
-    assert len(ledger.events(claimed.operation_id)) == 3
+    assert len(ledger.events(claimed.operation_id)) == 2
 
 
 def test_transition_of_an_unknown_operation_is_not_found(ledger, clock):
@@ -325,7 +325,7 @@ def test_racing_writers_with_one_expectation_succeed_once(ledger, clock):
     assert len(winners) == 1
     assert len(outcomes) == 6
     record = ledger.get(claimed.operation_id, now=clock())
-    assert (record.lease_token, record.event_count) == (winners[0], 3)
+    assert (record.lease_token, record.event_count) == (winners[0], 2)
     assert ledger.verify().ok
 
 
@@ -355,8 +355,8 @@ def test_unfenced_writers_racing_each_extend_the_chain(ledger, clock):
         thread.join()
     assert errors == []
     events = ledger.events(claimed.operation_id)
-    assert [e.seq for e in events] == list(range(1, 9))
-    assert sorted(e.evidence["writer"] for e in events[2:]) == list(range(6))
+    assert [e.seq for e in events] == list(range(1, 8))
+    assert sorted(e.evidence["writer"] for e in events[1:]) == list(range(6))
     assert ledger.verify().ok
 
 

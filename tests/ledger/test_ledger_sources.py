@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from _ledger_samples import CLAIM_EVENTS, TOKEN_A, event, operation
+from _ledger_samples import TOKEN_A, event, operation
 
 from effectguard import InvalidRequestError
 from effectguard.ledger import _chain as chain
@@ -90,6 +90,12 @@ def test_a_record_survives_the_row_mapper_both_ways(ledger, backend):
 def test_verify_on_both_backends_hashes_through_the_chain_module(ledger, monkeypatch):
     """verify() checks every hash with chain.chain_hash: replacing it breaks every chain."""
     ledger.claim(operation())
+    ledger.transition(
+        "invoice:INV-1:capture",
+        Expect(lease_token=TOKEN_A),
+        Changes(EffectStatus.CONFIRMED, lease=None, output_json='{"id":"cap_1"}'),
+        [event()],
+    )
     assert ledger.verify().ok
     monkeypatch.setattr(chain, "chain_hash", lambda previous, document: b"other")
     problems = ledger.verify().problems
@@ -103,7 +109,7 @@ def test_verify_and_chain_check_agree_on_an_edited_event(ledger, ledger_sql):
     """An edited event: verify() and chain.check over events() report the same break."""
     ledger.claim(operation())
     ledger_sql(
-        "UPDATE events SET attempt = 5 WHERE operation_id = ? AND seq = 2", "invoice:INV-1:capture"
+        "UPDATE events SET attempt = 5 WHERE operation_id = ? AND seq = 1", "invoice:INV-1:capture"
     )
     record = ledger.get("invoice:INV-1:capture")
     assert record is not None
@@ -115,7 +121,7 @@ def test_verify_and_chain_check_agree_on_an_edited_event(ledger, ledger_sql):
         record.status.value,
     )
     assert checked == list(ledger.verify().problems)
-    assert [(p.operation_id, p.seq) for p in checked] == [("invoice:INV-1:capture", 2)]
+    assert [(p.operation_id, p.seq) for p in checked] == [("invoice:INV-1:capture", 1)]
 
 
 # -- bulk_load --------------------------------------------------------------------------------
@@ -157,7 +163,7 @@ def test_bulk_load_restores_operations_exactly_as_they_were(ledger, loader):
         assert loader.events(record.operation_id) == events
     report = loader.verify()
     assert report.ok
-    assert (report.operations_checked, report.events_checked) == (3, 9)
+    assert (report.operations_checked, report.events_checked) == (3, 6)
     assert report.anchored == 3
 
 

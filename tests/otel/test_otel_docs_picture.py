@@ -33,6 +33,6 @@ def test_the_picture_is_drawn_from_the_spans_of_a_lost_acknowledgement(tmp_path)
         "GET /v1/captures",
     ):
         assert f">{name}" in picture
-    for event in ("prepared", "dispatched", "outcome_unknown", "reconciling", "probe", "confirmed"):
+    for event in ("claimed", "outcome_unknown", "reconciling", "probe", "confirmed"):
         assert f">{event}</text>" in picture
     assert ">retry</text>" not in picture  # confirmed by the probe: never sent twice

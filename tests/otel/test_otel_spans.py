@@ -102,8 +102,8 @@ def test_a_confirmed_call_is_an_effect_span_under_its_own_execute_tool_span(
         "effectguard.provider.operation_id": "cap_000001",
         "effectguard.overlap_risk": False,
     }
-    assert events(span) == ["prepared", "dispatched", "confirmed"]
-    assert event(span, "dispatched")["effectguard.attempt"] == 1
+    assert events(span) == ["claimed", "confirmed"]
+    assert event(span, "claimed")["effectguard.attempt"] == 1
     assert span.status.status_code is StatusCode.UNSET
     assert tool.status.status_code is StatusCode.UNSET
     [http] = telemetry.named("POST")
@@ -157,8 +157,7 @@ def test_a_lost_acknowledgement_confirmed_by_the_probe(executor, telemetry):
     assert result.status is EffectStatus.CONFIRMED
     tool, span = _tree(telemetry)
     assert events(span) == [
-        "prepared",
-        "dispatched",
+        "claimed",
         "outcome_unknown",
         "reconciling",
         "probe",
@@ -264,8 +263,7 @@ def test_a_retry_shows_the_probe_the_wait_and_the_second_dispatch(executor, tele
     assert result.attempts == 2
     _, span = _tree(telemetry)
     assert events(span) == [
-        "prepared",
-        "dispatched",
+        "claimed",
         "outcome_unknown",
         "reconciling",
         "retry_wait",
@@ -276,7 +274,8 @@ def test_a_retry_shows_the_probe_the_wait_and_the_second_dispatch(executor, tele
     ]
     assert event(span, "probe")["effectguard.probe.status"] == "NOT_COMMITTED"
     assert event(span, "retry_wait")["effectguard.wait.seconds"] == pytest.approx(0.1)
-    assert event(span, "dispatched", 1)["effectguard.attempt"] == 2
+    assert event(span, "claimed")["effectguard.attempt"] == 1
+    assert event(span, "dispatched")["effectguard.attempt"] == 2
     assert span.attributes["effectguard.attempts"] == 2
     assert provider.requests == 2
     assert provider.committed() == 1
@@ -311,8 +310,7 @@ def test_an_async_tool_is_traced_like_a_sync_one(ledger, telemetry):
     assert output["id"] == "cap_000001"
     _, span = _tree(telemetry)
     assert events(span) == [
-        "prepared",
-        "dispatched",
+        "claimed",
         "outcome_unknown",
         "reconciling",
         "probe",

@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from effectguard.cli.main import cli
-from proofs.matrix import CrashPoint, MatrixReport, run_matrix
 from effectguard.testkit._crash.kinds import ContractKind
+from proofs.matrix import CrashPoint, MatrixReport, run_matrix
+from proofs.matrix.__main__ import matrix
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +48,10 @@ def test_matrix_quarantines_only_where_no_evidence_can_settle_it(report):
 
 
 def test_same_seed_gives_the_same_report_through_the_cli(report, tmp_path):
-    """agent-effect matrix with the same episodes and seed writes exactly the same JSON report."""
+    """The matrix command with the same episodes and seed writes exactly the same JSON report."""
     output = tmp_path / "matrix.json"
     result = CliRunner().invoke(
-        cli, ["matrix", "--episodes", "300", "--seed", "7", "--output", str(output)]
+        matrix, ["--episodes", "300", "--seed", "7", "--output", str(output)]
     )
     assert result.exit_code == 0, result.output
     assert "OK: 300 episodes (seed 7)" in result.output

@@ -10,9 +10,9 @@ import sys
 import pytest
 from postgres_support import import_psycopg
 
+from effectguard.testkit._crash.kinds import ContractKind
 from effectguard.testkit.clock import SharedClock
 from proofs.matrix import MatrixReport, Metrics, run_matrix
-from effectguard.testkit._crash.kinds import ContractKind
 
 pytestmark = pytest.mark.slow
 

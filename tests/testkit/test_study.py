@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from effectguard.cli.main import cli
 from effectguard.testkit.clock import ManualClock
 from proofs.study import Cost, Strategy, StudyReport, run_study
+from proofs.study.__main__ import study
 from proofs.study.destination import Destination, Lookup, StudyFault
 from proofs.study.strategies import Subject, call
 
@@ -91,16 +91,14 @@ def test_the_verdict_needs_a_failing_baseline_and_a_clean_effectguard_row():
     assert not report_with(naive=3, guarded=1).ok
 
 
-def test_agent_effect_study_prints_the_table_and_writes_json(tmp_path):
+def test_the_study_command_prints_the_table_and_writes_json(tmp_path):
     """The CLI prints one row per strategy and fault, a verdict, and the same JSON as Python."""
     output = tmp_path / "study.json"
-    result = CliRunner().invoke(
-        cli, ["study", "--episodes", "60", "--seed", "3", "--output", str(output)]
-    )
+    result = CliRunner().invoke(study, ["--episodes", "60", "--seed", "3", "--output", str(output)])
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[-1].startswith("OK: 60 episodes (seed 3)")
     assert "verify-then-retry   late-commit" in result.stdout
     assert json.loads(output.read_text()) == run_study(60, 3).to_json()
     assert result.stderr.splitlines()[-1].startswith("study episodes: 60/60")
-    as_json = CliRunner().invoke(cli, ["study", "--episodes", "60", "--seed", "3", "--json"])
+    as_json = CliRunner().invoke(study, ["--episodes", "60", "--seed", "3", "--json"])
     assert json.loads(as_json.stdout) == json.loads(output.read_text())

@@ -44,18 +44,18 @@ captured = capture("INV-1", 100)
 result = capture.execute("INV-1", amount_cents=100)
 refunded = Billing().refund.execute("R-1")
 reveal_type(captured)  # R: dict[str, int]
-reveal_type(result)  # R: effectguard.model.EffectResult[dict[str, int]]
+reveal_type(result)  # R: effectguard._model.EffectResult[dict[str, int]]
 reveal_type(result.output)  # R: dict[str, int] | None
-reveal_type(capture.contract)  # R: effectguard.contract.EffectContract
+reveal_type(capture.contract)  # R: effectguard._contract.EffectContract
 reveal_type(Billing().refund("R-1"))  # R: int
-reveal_type(refunded)  # R: effectguard.model.EffectResult[int]
+reveal_type(refunded)  # R: effectguard._model.EffectResult[int]
 
 
 async def main() -> None:
     """Await the async tool both ways."""
     sent = await send.execute("a@example.com")
     reveal_type(await send("a@example.com"))  # R: bool
-    reveal_type(sent)  # R: effectguard.model.EffectResult[bool]
+    reveal_type(sent)  # R: effectguard._model.EffectResult[bool]
     await send(42)  # E: arg-type
 
 
