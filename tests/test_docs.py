@@ -49,6 +49,8 @@ def test_python_blocks_run(document: Path, tmp_path: Path, request: pytest.Fixtu
         import_extra(module, extra)
     blocks = BLOCK.findall(document.read_text(encoding="utf-8"))
     env = dict(os.environ)
+    # The bench and the proofs are read from a checkout (they are not in the wheel).
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     if document.name in NEEDS_POSTGRES:
         env["EFFECTGUARD_LEDGER_URL"] = request.getfixturevalue("postgres_target")
     completed = subprocess.run(
@@ -77,8 +79,11 @@ PUBLIC_MODULES = {
     "effectguard.adapters.openai_agents",
     "effectguard.adapters.pydantic_ai",
     "benchmarks",
-    "effectguard.fingerprint",
+    "effectguard.errors",
     "effectguard.ledger",
+    "effectguard.ledger.postgres",
+    "effectguard.ledger.sqlite",
+    "effectguard.operator",
     "effectguard.otel",
     "effectguard.runtime",
     "effectguard.testkit",

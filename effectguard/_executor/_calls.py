@@ -97,20 +97,20 @@ def run_handler(
     except EffectRejected as exc:
         return new_outcome(_REJECTED, None, exc, False)  # noqa: FBT003 - positional fields
     except EffectNotSent as exc:
-        return new_outcome(_NOT_SENT, None, exc, False)  # noqa: FBT003
+        return new_outcome(_NOT_SENT, None, exc, False)  # noqa: FBT003 - positional fields
     except Exception as exc:  # noqa: BLE001 - any failure is an unknown outcome, recorded as such
         if contract.not_sent_on and isinstance(exc, contract.not_sent_on):
             unsent = not_sent(exc)
             unsent.__cause__ = exc
-            return new_outcome(_NOT_SENT, None, unsent, False)  # noqa: FBT003
-        return new_outcome(_RAISED, None, exc, False)  # noqa: FBT003
+            return new_outcome(_NOT_SENT, None, unsent, False)  # noqa: FBT003 - positional fields
+        return new_outcome(_RAISED, None, exc, False)  # noqa: FBT003 - positional fields
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and kin: record, then re-raise
-        return new_outcome(_INTERRUPTED, None, exc, False)  # noqa: FBT003
+        return new_outcome(_INTERRUPTED, None, exc, False)  # noqa: FBT003 - positional fields
     if type(value) is dict or not inspect.isawaitable(value):
-        return new_outcome(_RETURNED, value, None, False)  # noqa: FBT003
+        return new_outcome(_RETURNED, value, None, False)  # noqa: FBT003 - positional fields
     _discard(value)
     error = TypeError("the handler returned an awaitable; use execute_async for async handlers")
-    return new_outcome(_RAISED, None, error, False)  # noqa: FBT003
+    return new_outcome(_RAISED, None, error, False)  # noqa: FBT003 - positional fields
 
 
 def classify(call: Callable[[], Any]) -> HandlerOutcome:

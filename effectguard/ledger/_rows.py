@@ -555,6 +555,9 @@ class Rows:
         if operation.arguments_json is not None:
             stored[self.name("arguments")] = operation.arguments_json
         commits = committed.commits_of(stored, covered=operation.fingerprinted)
+        # A claim commits to having no output and no provider id without writing them down
+        # (``verify`` reads them into a claim): the bytes SQLite's own claim writes.
+        del commits["output"], commits["provider_operation_id"]
         events, count, head = self.appended(
             operation.operation_id, (CLAIM,), 0, None, now_us, commits
         )

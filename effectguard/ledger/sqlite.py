@@ -1265,7 +1265,8 @@ MIGRATIONS: tuple[str, ...] = (
             overlap = NEW.overlap, updated_us = NEW.updated_us,
             event_count = NEW.event_count, event_head = NEW.event_head
         WHERE operation_id = NEW.operation_id AND event_count = NEW.expect_count
-            AND lease_token IS NEW.expect_token;
+            AND lease_token IS NEW.expect_token
+            AND (NOT NEW.keep_expiry OR lease_expires_us IS NEW.lease_expires_us);
         SELECT RAISE(ABORT, 'effectguard: moved') WHERE changes() = 0;
         INSERT INTO events (operation_id, seq, type, from_status, to_status, attempt, at_us,
             evidence, hash, commits)
@@ -2141,7 +2142,10 @@ class _LoneWrite:
         lease = changes.lease
         keep_expiry = lease is UNSET
         if lease is UNSET:
-            token, owner, expires = known.lease_token, owner_text(known.lease_owner), None
+            # The expiry the writer knows: a renewal since moved it, so the row is read instead.
+            token, owner = known.lease_token, owner_text(known.lease_owner)
+            kept = known.lease_expires_at
+            expires = None if kept is None else to_micros(kept)
         elif lease is None:
             token = owner = expires = None
         else:
@@ -2221,11 +2225,8 @@ class _LoneWrite:
             owner, expires_at = None, None
         else:
             owner, expires_at = lease.owner, from_micros(self._expires or 0)
-        live = (
-            token is not None
-            and expires_at is not None
-            and (known.lease_live if lease is UNSET else True)
-        )
+        # Judged at the write's time, as a read of the row would judge it.
+        live = token is not None and self._expires is not None and self._expires > self._now_us
         return build_record(
             known.operation_id,
             known.contract,

@@ -66,7 +66,7 @@ def test_both_backends_store_the_schema_modules_columns(ledger, backend, ledger_
 
 def test_the_postgres_statements_take_their_columns_from_the_schema_module():
     """The PostgreSQL SQL builds its column lists from the schema module, not a copy."""
-    sql = pytest.importorskip("effectguard.ledger.postgres.sql")
+    sql = pytest.importorskip("effectguard.ledger.postgres")
     assert sql.OPERATION_COLUMNS is schema.POSTGRES.operation_columns
     assert set(sql.SETTABLE) == set(schema.POSTGRES.operation_columns[1:])
 

@@ -270,7 +270,7 @@ def test_a_write_whose_acknowledgement_is_lost_is_recognised_as_done(
             assert result.status is EffectStatus.CONFIRMED
             assert not result.replayed
             types = [event.type for event in ledger.events("invoice:INV-3:capture")]
-            assert types == [EventType.PREPARED, EventType.DISPATCHED, EventType.CONFIRMED]
+            assert types == [EventType.CLAIMED, EventType.CONFIRMED]
             assert ledger.verify().ok
     finally:
         proxy.close()
@@ -401,11 +401,7 @@ def test_event_text_with_quotes_escapes_and_non_ascii_is_stored_exactly(ledger):
         ),
     )
     events = ledger.events("op-ü")
-    assert [event.evidence for event in events] == [tricky, {}, tricky]
-    assert [event.from_status for event in events] == [
-        None,
-        EffectStatus.PREPARED,
-        EffectStatus.DISPATCHED,
-    ]
+    assert [event.evidence for event in events] == [{}, tricky]
+    assert [event.from_status for event in events] == [None, EffectStatus.DISPATCHED]
     assert ledger.get("op-ü").arguments == {"a": 'x"{}'}
     assert ledger.verify().problems == ()

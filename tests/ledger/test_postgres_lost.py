@@ -55,7 +55,7 @@ def test_a_lost_acknowledgement_is_settled_even_when_reading_back_breaks_twice(
             assert not result.replayed
             assert result.output == provider.effects()[0]["response"]
             types = [event.type for event in ledger.events(OP)]
-            assert types == [EventType.PREPARED, EventType.DISPATCHED, EventType.CONFIRMED]
+            assert types == [EventType.CLAIMED, EventType.CONFIRMED]
             assert ledger.verify().ok
     finally:
         proxy.close()

@@ -242,7 +242,7 @@ def test_the_archive_holds_what_was_pruned_and_checks_against_the_tombstones(led
 
     assert path.stat().st_mode & 0o777 == 0o600
     lines = [json.loads(line) for line in path.read_text().splitlines()]
-    assert [line["kind"] for line in lines] == ["archive", "operation", "event", "event", "event"]
+    assert [line["kind"] for line in lines] == ["archive", "operation", "event", "event"]
     assert lines[1]["record"]["output"] == {**provider.find_capture("capture:INV-1042")}
     assert retention.check_archive(path.read_text().splitlines(), ledger.tombstones()) == (1, [])
 

@@ -1,7 +1,9 @@
-"""The lean SQLite write path (issue 15): one fenced UPDATE per transition, the same bytes stored.
+"""The lean SQLite write path (issues 15, 32): one fenced statement per transition, same bytes.
 
-A transition starts from the row the ledger last wrote and writes only the
-changed columns; the chain document is written from a fixed template. Neither
+A transition starts from the record the caller last received (``known``) and
+is one insert into the ``row_writes`` view, whose trigger applies it only if
+the row is still that version; the chain document is written from a fixed
+template. Neither
 may change a single stored byte: a ledger written by effectguard before the
 change must still verify, and the same writes through the lean and the
 general path must leave identical files.
@@ -39,18 +41,20 @@ NOW = 1_700_000_000.0
 FIRST, SECOND = "token-1", "token-2"
 
 
-def _claim(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
+def _claim(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> OperationRecord:
     operation = NewOperation(
         operation_id, "c", 1, "f" * 64, "key-1", {"a": "ü"}, 3, Lease(token, OWNER, 30.0)
     )
-    drafts = (
-        EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0),
-        EventDraft(EventType.DISPATCHED, EffectStatus.PREPARED, EffectStatus.DISPATCHED, 1),
-    )
-    ledger.claim(operation, now=NOW)
+    record, _ = ledger.claim(operation, now=NOW)
+    return record
 
 
-def _keep_lease(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> OperationRecord:
+def _keep_lease(
+    ledger: SQLiteEffectLedger,
+    operation_id: str,
+    token: str,
+    known: OperationRecord | None = None,
+) -> OperationRecord:
     """DISPATCHED to RECONCILING under the same lease, which the write leaves as it is."""
     return ledger.transition(
         operation_id,
@@ -58,10 +62,16 @@ def _keep_lease(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> Op
         Changes(EffectStatus.RECONCILING, reason="checking"),
         (EventDraft(EventType.RECONCILING, EffectStatus.DISPATCHED, EffectStatus.RECONCILING, 1),),
         now=NOW + 1,
+        known=known,
     )
 
 
-def _confirm(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
+def _confirm(
+    ledger: SQLiteEffectLedger,
+    operation_id: str,
+    token: str,
+    known: OperationRecord | None = None,
+) -> None:
     changes = Changes(
         EffectStatus.CONFIRMED,
         lease=None,
@@ -76,7 +86,9 @@ def _confirm(ledger: SQLiteEffectLedger, operation_id: str, token: str) -> None:
         1,
         {"handler": "returned", "note": "grüße"},
     )
-    ledger.transition(operation_id, Expect(lease_token=token), changes, (event,), now=NOW + 1)
+    ledger.transition(
+        operation_id, Expect(lease_token=token), changes, (event,), now=NOW + 1, known=known
+    )
 
 
 def _dump(path: Path) -> list[tuple[object, ...]]:
@@ -177,15 +189,16 @@ def test_lean_and_general_paths_store_identical_bytes(tmp_path):
     """The same claims and transitions, lean or general, leave the very same rows and events."""
     lean = SQLiteEffectLedger(tmp_path / "lean.db")
     general = SQLiteEffectLedger(tmp_path / "general.db")
-    general._lean = False  # the fallback for SQLite < 3.35, forced
     for ledger in (lean, general):
-        for n in range(3):
-            _claim(ledger, f"op:{n}", f"token-{n}")
-        _confirm(ledger, "op:0", "token-0")
+        # The lean path is taken from the record the caller holds; without one, the general.
+        hint = ledger is lean
+        claimed = {n: _claim(ledger, f"op:{n}", f"token-{n}") for n in range(3)}
+        known = {n: claimed[n] if hint else None for n in range(3)}
+        _confirm(ledger, "op:0", "token-0", known[0])
         ledger.renew("op:1", "token-1", 60.0, now=NOW + 0.5)
-        _confirm(ledger, "op:1", "token-1")
+        _confirm(ledger, "op:1", "token-1", known[1])
         ledger.renew("op:2", "token-2", 90.0, now=NOW + 0.6)
-        _keep_lease(ledger, "op:2", "token-2")
+        _keep_lease(ledger, "op:2", "token-2", known[2])
         ledger.close()
     assert _dump(tmp_path / "lean.db") == _dump(tmp_path / "general.db")
     with SQLiteEffectLedger(tmp_path / "lean.db") as reopened:
@@ -199,15 +212,16 @@ def test_lean_and_general_paths_store_identical_bytes(tmp_path):
 def test_a_write_that_keeps_a_renewed_lease_reads_the_row_first(tmp_path):
     """After renew() moved the expiry, a write keeping the lease cannot trust the guess."""
     ledger = SQLiteEffectLedger(tmp_path / "l.db")
-    _claim(ledger, "op:1", "token-1")
+    claimed = _claim(ledger, "op:1", "token-1")
     ledger.renew("op:1", "token-1", 90.0, now=NOW + 0.6)
     statements: list[str] = []
     ledger._open(write=True).set_trace_callback(statements.append)
-    returned = _keep_lease(ledger, "op:1", "token-1")
+    returned = _keep_lease(ledger, "op:1", "token-1", known=claimed)
     ledger._open(write=True).set_trace_callback(None)
-    updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
     # The guess names the expiry it remembers, matches nothing, and the row is read instead.
-    assert "lease_expires_us IS" in updates[0]
+    remembered = chain.to_micros(claimed.lease_expires_at)
+    assert statements[0].startswith("INSERT INTO row_writes VALUES ('op:1',1,'token-1',")
+    assert f",{remembered},1," in statements[0]  # the remembered expiry, kept (keep_expiry)
     assert any(s.lstrip().upper().startswith("SELECT") for s in statements)
     renewed = chain.from_micros(round((NOW + 90.6) * 1_000_000))
     assert returned.lease_expires_at == renewed
@@ -220,20 +234,21 @@ def test_a_write_that_keeps_a_renewed_lease_reads_the_row_first(tmp_path):
 
 
 def test_a_transition_after_a_claim_reads_no_row(tmp_path):
-    """The move to CONFIRMED after this ledger's claim is one UPDATE, no SELECT of the row."""
+    """The move to CONFIRMED after this ledger's claim is one statement, no SELECT of the row."""
     ledger = SQLiteEffectLedger(tmp_path / "l.db")
-    _claim(ledger, "op:1", "token-1")
+    claimed = _claim(ledger, "op:1", "token-1")
     statements: list[str] = []
     ledger._open(write=True).set_trace_callback(statements.append)
-    _confirm(ledger, "op:1", "token-1")
+    _confirm(ledger, "op:1", "token-1", known=claimed)
     ledger._open(write=True).set_trace_callback(None)
     reads = [s for s in statements if s.lstrip().upper().startswith("SELECT")]
-    updates = [s for s in statements if s.lstrip().upper().startswith("UPDATE")]
+    # The trigger's own statements are traced as the one statement that fired them.
     assert reads == []
-    assert len(updates) == 1
-    # Fenced on the remembered chain head; no RETURNING (it costs ~4x with the partial index).
-    assert "event_head = " in updates[0]
-    assert "RETURNING" not in updates[0]
+    assert len(set(statements)) == 1
+    # Fenced on the claimed record's event count and lease token; no RETURNING (it costs
+    # ~4x with the partial index).
+    assert statements[0].startswith("INSERT INTO row_writes VALUES ('op:1',1,'token-1',")
+    assert "RETURNING" not in statements[0]
     assert ledger.get("op:1").status is EffectStatus.CONFIRMED
     ledger.close()
 
@@ -243,7 +258,7 @@ def test_a_stale_guess_falls_back_and_the_fence_still_holds(tmp_path):
     path = tmp_path / "l.db"
     first = SQLiteEffectLedger(path)
     second = SQLiteEffectLedger(path)
-    _claim(first, "op:1", "token-1")
+    claimed = _claim(first, "op:1", "token-1")
     # Another writer (another process, in effect) takes the lease over.
     second.transition(
         "op:1",
@@ -253,10 +268,10 @@ def test_a_stale_guess_falls_back_and_the_fence_still_holds(tmp_path):
         now=NOW + 0.5,
     )
     with pytest.raises(FencedWriteError, match="lease token"):
-        _confirm(first, "op:1", "token-1")
+        _confirm(first, "op:1", "token-1", known=claimed)
     record = first.get("op:1")
     assert record.status is EffectStatus.RECONCILING
-    assert record.event_count == 3
+    assert record.event_count == 2
     # The fenced-out writer's stale guess is gone: the new holder's write works through it.
     first.transition(
         "op:1",
@@ -275,7 +290,7 @@ def test_a_stale_guess_with_a_matching_fence_writes_from_the_stored_row(tmp_path
     path = tmp_path / "l.db"
     first = SQLiteEffectLedger(path)
     second = SQLiteEffectLedger(path)
-    _claim(first, "op:1", "token-1")
+    claimed = _claim(first, "op:1", "token-1")
     second.transition(
         "op:1",
         Expect(lease_token=FIRST),
@@ -283,10 +298,10 @@ def test_a_stale_guess_with_a_matching_fence_writes_from_the_stored_row(tmp_path
         (EventDraft(EventType.LATE_RESULT, EffectStatus.DISPATCHED, EffectStatus.DISPATCHED, 1),),
         now=NOW + 0.5,
     )
-    _confirm(first, "op:1", "token-1")
+    _confirm(first, "op:1", "token-1", known=claimed)
     record = first.get("op:1")
     assert record.status is EffectStatus.CONFIRMED
-    assert record.event_count == 4
+    assert record.event_count == 3
     assert first.verify().problems == ()
     first.close()
     second.close()

@@ -14,7 +14,7 @@ from support import ARGS, OPERATION, capture_contract
 from effectguard import EffectExecutor, EffectStatus, SQLiteEffectLedger
 from effectguard.errors import LedgerLockedError, LedgerNotFoundError, LedgerSchemaError
 from effectguard.ledger import _chain as chain
-from effectguard.ledger.sqlite import APPLICATION_ID, SCHEMA_VERSION
+from effectguard.ledger.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION
 from effectguard.testkit import FakePaymentProvider
 
 
@@ -72,13 +72,14 @@ def test_wal_and_full_synchronous_by_default_and_normal_on_request(tmp_path):
 
 
 def test_an_older_schema_is_migrated_forward_keeping_its_operations(tmp_path):
-    """A version-1 file (built here by hand) opens, gains the listing indexes, keeps its rows."""
+    """A version-1 file (built here by hand) opens, gains the listing index, keeps its rows."""
     path = tmp_path / "old.db"
     with SQLiteEffectLedger(path) as ledger:
         _confirm_one(ledger)
     conn = sqlite3.connect(path, isolation_level=None)
-    for index in ("operations_by_status", "operations_by_contract", "operations_by_update"):
-        conn.execute(f"DROP INDEX {index}")
+    # Version 6's write views (their triggers go with them), then the rest back to version 1.
+    conn.execute("DROP VIEW claim_writes")
+    conn.execute("DROP VIEW row_writes")
     conn.execute("DROP INDEX operations_needing_attention")
     conn.execute("DROP TABLE claims")
     conn.execute("DROP TABLE tombstones")
@@ -94,8 +95,12 @@ def test_an_older_schema_is_migrated_forward_keeping_its_operations(tmp_path):
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+    views = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='view'")}
     conn.close()
-    assert {"operations_by_status", "operations_by_contract", "operations_by_update"} <= indexes
+    # Version 2's listing indexes were replaced by version 6's one index of what needs attention.
+    assert "operations_needing_attention" in indexes
+    assert not {"operations_by_status", "operations_by_contract", "operations_by_update"} & indexes
+    assert {"claim_writes", "row_writes"} <= views
 
 
 def test_a_newer_schema_is_refused_and_left_untouched(tmp_path):
@@ -173,21 +178,21 @@ def test_verify_reports_an_edited_and_a_deleted_event(tmp_path):
                 capture_contract(provider), {**ARGS, "invoice_id": invoice}, provider.handler
             )
         assert ledger.verify().ok
-        assert ledger.verify().events_checked == 9
+        assert ledger.verify().events_checked == 6
 
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(
         "UPDATE events SET evidence = '{\"forged\":true}' "
-        "WHERE operation_id = 'invoice:INV-1:capture' AND seq = 2"
+        "WHERE operation_id = 'invoice:INV-1:capture' AND seq = 1"
     )
-    conn.execute("DELETE FROM events WHERE operation_id = 'invoice:INV-2:capture' AND seq = 3")
+    conn.execute("DELETE FROM events WHERE operation_id = 'invoice:INV-2:capture' AND seq = 2")
     conn.close()
 
     with SQLiteEffectLedger(path) as ledger:
         report = ledger.verify()
     broken = {(p.operation_id, p.seq) for p in report.problems}
     assert not report.ok
-    assert ("invoice:INV-1:capture", 2) in broken
+    assert ("invoice:INV-1:capture", 1) in broken
     assert any(op == "invoice:INV-2:capture" for op, _ in broken)
     assert all(op != "invoice:INV-3:capture" for op, _ in broken)
 
@@ -246,7 +251,10 @@ def test_a_version_2_ledger_is_anchored_on_migration_and_reports_its_legacy_rows
             (event.hash, OPERATION, event.seq),
         )
     conn.execute("UPDATE operations SET event_head = ?", (linked[-1].hash,))
+    conn.execute("DROP VIEW claim_writes")
+    conn.execute("DROP VIEW row_writes")
     conn.execute("DROP INDEX operations_needing_attention")
+    conn.executescript(MIGRATIONS[1])  # version 2's listing indexes, which version 6 dropped
     conn.execute("DROP TABLE claims")
     conn.execute("DROP TABLE tombstones")
     conn.execute("ALTER TABLE events DROP COLUMN commits")
