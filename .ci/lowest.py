@@ -33,5 +33,5 @@ def floors(pyproject: Path) -> dict[str, str]:
 
 if __name__ == "__main__":
     root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-    for name, version in sorted(floors(root / "pyproject.toml").items()):
-        print(f"{name}=={version}")
+    pins = sorted(floors(root / "pyproject.toml").items())
+    sys.stdout.write("".join(f"{name}=={version}\n" for name, version in pins))

@@ -24,8 +24,8 @@ __all__ = [
     "INJECTED",
     "AsyncEffectFunction",
     "CallScope",
-    "ConfigurationError",
     "Configuration",
+    "ConfigurationError",
     "DataclassCodec",
     "EffectContract",
     "EffectExecutor",
@@ -180,8 +180,6 @@ if TYPE_CHECKING:
     from effectguard._scope import CallScope as CallScope
     from effectguard._scope import call_scope as call_scope
     from effectguard._scope import call_scoped as call_scoped
-    from effectguard.operator import RecoveryReport as RecoveryReport
-    from effectguard.operator import recover as recover
     from effectguard.errors import ConfigurationError as ConfigurationError
     from effectguard.errors import EffectGuardError as EffectGuardError
     from effectguard.errors import EffectInProgress as EffectInProgress
@@ -200,6 +198,8 @@ if TYPE_CHECKING:
     from effectguard.ledger import EffectLedger as EffectLedger
     from effectguard.ledger import open_ledger as open_ledger
     from effectguard.ledger.sqlite import SQLiteEffectLedger as SQLiteEffectLedger
+    from effectguard.operator import RecoveryReport as RecoveryReport
+    from effectguard.operator import recover as recover
 
     __version__: str
 

@@ -20,10 +20,22 @@ from typing import Any, Generic, Literal, TypeVar, Union
 from effectguard._contract import OutputCodec
 from effectguard.errors import ConfigurationError
 
-__all__ = ['AnnotationCodec', 'DataclassCodec', 'PydanticCodec', 'TAGGED', 'Tagged', 'Unstorable', 'b64', 'codec_for', 'holds_no_tag', 'unb64']
+__all__ = [
+    "TAGGED",
+    "AnnotationCodec",
+    "DataclassCodec",
+    "PydanticCodec",
+    "Tagged",
+    "Unstorable",
+    "b64",
+    "codec_for",
+    "holds_no_tag",
+    "unb64",
+]
 
 
 # ---- Tagged forms of standard types the default codec stores ----
+
 
 class Unstorable(TypeError):
     """A part of an output the codec cannot store; ``path`` names it (``$.when``, ``$[2]``)."""

@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Coroutine, Iterable, Iterator,
 from dataclasses import dataclass
 from datetime import timedelta
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, overload
 
 import wrapt
 
@@ -55,10 +55,41 @@ from effectguard.errors import (
     EffectRejected,
 )
 
-if TYPE_CHECKING:
-    from effectguard._contract import EffectContract
-
-__all__ = ['AS_RESULT', 'AsyncEffectFunction', 'DECORATOR_ONLY', 'DEFAULT_WAIT_FOR_PEER', 'EffectDecorator', 'EffectFunction', 'FoundTool', 'INJECTED', 'IdentityTemplate', 'KEY_PARAMETER', 'Options', 'ProbeShape', 'RENAMED', 'TOOLS_VARIABLE', 'Tool', 'ToolIndex', 'ToolShape', 'compile_identity', 'contract_field', 'effect', 'executor_of', 'get_contract', 'is_effect', 'keyword_for', 'known_tools', 'load_tools', 'operation_id_of', 'outcome_of', 'remember', 'unwrap_descriptor', 'use_executor', 'visible_annotations', 'visible_signature']
+__all__ = [
+    "AS_RESULT",
+    "DECORATOR_ONLY",
+    "DEFAULT_WAIT_FOR_PEER",
+    "INJECTED",
+    "KEY_PARAMETER",
+    "RENAMED",
+    "TOOLS_VARIABLE",
+    "AsyncEffectFunction",
+    "EffectDecorator",
+    "EffectFunction",
+    "FoundTool",
+    "IdentityTemplate",
+    "Options",
+    "ProbeShape",
+    "Tool",
+    "ToolIndex",
+    "ToolShape",
+    "compile_identity",
+    "contract_field",
+    "effect",
+    "executor_of",
+    "get_contract",
+    "is_effect",
+    "keyword_for",
+    "known_tools",
+    "load_tools",
+    "operation_id_of",
+    "outcome_of",
+    "remember",
+    "unwrap_descriptor",
+    "use_executor",
+    "visible_annotations",
+    "visible_signature",
+]
 
 
 # -- which executor a call runs on ------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 from effectguard._decorator import get_contract
 from effectguard.errors import ConfigurationError
 
-__all__ = ['PublicSignature', 'parse_docstring', 'public_signature', 'require_effect']
+__all__ = ["PublicSignature", "parse_docstring", "public_signature", "require_effect"]
 
 
 # ---- Google-style docstrings read as descriptions ----

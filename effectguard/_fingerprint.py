@@ -22,10 +22,9 @@ from typing import Any
 from effectguard.errors import InvalidRequestError
 
 __all__ = [
-    "arguments_json",
-    "request_text",
     "MAX_JSON_DEPTH",
     "REDACTED",
+    "arguments_json",
     "canonical_json",
     "check_json_value",
     "check_operation_id",
@@ -35,6 +34,7 @@ __all__ = [
     "read_json",
     "redact_arguments",
     "request_fingerprint",
+    "request_text",
 ]
 
 #: What a redacted argument's value is replaced by wherever it is stored.
@@ -263,9 +263,10 @@ _quoted: Callable[[str], str] = (
 
 
 def arguments_json(arguments: dict[str, Any]) -> str:
-    """The canonical JSON of a call's checked ``arguments`` (a plain dict that passed
-    :func:`check_json_value`): what is stored when nothing is redacted, and what the
-    fingerprint hashes.
+    """The canonical JSON of a call's checked ``arguments``, a plain dict.
+
+    ``arguments`` must have passed :func:`check_json_value`. This is what is
+    stored when nothing is redacted, and what the fingerprint hashes.
     """
     return _ENCODE(arguments)
 

@@ -13,7 +13,6 @@ from typing import Any, Generic, TypeVar
 from effectguard._fingerprint import read_json
 
 __all__ = [
-    "frozen_builder",
     "EffectEvent",
     "EffectResult",
     "EffectStatus",
@@ -25,6 +24,7 @@ __all__ = [
     "ProbeStatus",
     "VerifyProblem",
     "VerifyReport",
+    "frozen_builder",
 ]
 
 T = TypeVar("T")
@@ -325,7 +325,7 @@ class VerifyReport:
 
 
 def frozen_builder(cls: type[T]) -> Callable[..., T]:
-    """A positional constructor of the frozen, slotted dataclass ``cls`` that skips its ``__init__``.
+    """A positional constructor of the frozen, slotted dataclass ``cls``, past its ``__init__``.
 
     The instance it returns is an ordinary ``cls``: frozen, compared and shown
     as any other. It is built in a mutable twin class with the same slots and

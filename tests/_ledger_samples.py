@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
-from effectguard import EffectLedger
-from effectguard import EffectStatus, EventType
+from effectguard import EffectLedger, EffectStatus, EventType
 from effectguard._model import LeaseOwner
+from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
 
 OWNER = LeaseOwner("host-a.example", "boot-a", "pid:[1]", 4242, "17")
 OTHER = LeaseOwner("host-b.example", "boot-b", "pid:[1]", 5353, "99")

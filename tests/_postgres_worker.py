@@ -12,11 +12,10 @@ import random
 import sys
 from typing import Any
 
-from effectguard import EffectContract, EffectExecutor, EffectStatus
+from effectguard import EffectContract, EffectExecutor, EffectStatus, EventType
 from effectguard.errors import FencedWriteError
-from effectguard.ledger.postgres import PostgresEffectLedger
 from effectguard.ledger import Changes, EventDraft, Expect
-from effectguard import EventType
+from effectguard.ledger.postgres import PostgresEffectLedger
 from effectguard.testkit import FakePaymentProvider
 
 

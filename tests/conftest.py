@@ -177,7 +177,7 @@ def ledger_sql(backend: str, ledger_target: str) -> Callable[..., None]:
             return
         import psycopg  # noqa: PLC0415 - optional; imported only when a PostgreSQL server is given
 
-        from effectguard.ledger.postgres import split_target
+        from effectguard.ledger.postgres import split_target  # noqa: PLC0415 - needs psycopg
 
         conninfo, schema = split_target(ledger_target, None)
         with psycopg.connect(conninfo, autocommit=True) as conn:

@@ -23,11 +23,17 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from effectguard import EffectExecutor, EffectRejected, effect
+from effectguard import (
+    EffectExecutor,
+    EffectNotSent,
+    EffectQuarantined,
+    EffectRejected,
+    EffectStatus,
+    OutcomeProbeResult,
+    Transition,
+    effect,
+)
 from effectguard.cli.ops import main as ops_main
-from effectguard import EffectNotSent, EffectQuarantined
-from effectguard import Transition
-from effectguard import EffectStatus, OutcomeProbeResult
 from effectguard.testkit import FakePaymentProvider, ManualClock
 from tests.support import wait_until
 
@@ -193,7 +199,7 @@ def test_no_secret_in_the_ledgers_storage(
     else:
         import psycopg  # noqa: PLC0415 - optional; imported only when a PostgreSQL server is given
 
-        from effectguard.ledger.postgres import split_target
+        from effectguard.ledger.postgres import split_target  # noqa: PLC0415 - needs psycopg
 
         conninfo, schema = split_target(ledger_target, None)
         found = {}

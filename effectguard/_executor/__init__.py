@@ -1,7 +1,10 @@
-"""The executor: the state machine (:mod:`._machine`), handler calls under deadlines
+"""The executor: an operation recorded before dispatch, and its outcome settled.
+
+The state machine (:mod:`._machine`), handler calls under deadlines
 (:mod:`._calls`), leases (:mod:`._leases`), stored outputs and replays (:mod:`._outputs`),
 observers (:mod:`._observe`) and keeping redacted values out of what is written
-(:mod:`._redaction`)."""
+(:mod:`._redaction`).
+"""
 
 from __future__ import annotations
 

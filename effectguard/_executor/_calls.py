@@ -25,14 +25,14 @@ from effectguard.errors import EffectNotSent, EffectRejected
 
 __all__ = [
     "HandlerOutcome",
-    "new_outcome",
-    "not_sent",
-    "run_handler",
     "Outcome",
     "call_async",
     "call_in_thread",
     "classify",
+    "new_outcome",
+    "not_sent",
     "probe_result",
+    "run_handler",
 ]
 
 

@@ -321,7 +321,7 @@ def _policy(policy: UnknownOutcomePolicy, reason: str) -> Ruling:
     return Ruling(Verdict.QUARANTINE, reason)
 
 
-def decide(  # noqa: PLR0911 - the reconcile table: one return per row
+def decide(
     probe: OutcomeProbeResult | None,
     *,
     confirmable: bool,
@@ -674,7 +674,7 @@ class StateMachine:
         if record.status is _CONFIRMED:
             mark = not_stored(record)
             if mark is not None:
-                _raise_not_stored(call, record, mark, replayed=replayed, reason=reason, live=live)
+                _raise_not_stored(record, mark, replayed=replayed, reason=reason, live=live)
             if replayed:
                 check_replayable(self.ledger, record, commits)
             output = decode(call.contract, record)
@@ -812,6 +812,8 @@ class StateMachine:
         """Claim an operation no record was found for and work it; the record found if one won."""
         token = _token()
         TOKENS.hold(token)
+        record: OperationRecord
+        created: bool
         try:
             record, created = yield self.claim_step(call, token)
         except BaseException:
@@ -819,7 +821,8 @@ class StateMachine:
             raise
         self.claimed(call, token, record, created)
         if created:
-            return (yield from self.work(call, record, token, dispatch=True))
+            result: EffectResult[Any] = yield from self.work(call, record, token, dispatch=True)
+            return result
         return record
 
     def claim_step(self, call: Call, token: str) -> LedgerStep:
@@ -998,7 +1001,7 @@ class StateMachine:
             if outcome.kind is Outcome.RETURNED:
                 stored = store(call.contract, outcome.value)
                 if isinstance(stored, Stored):
-                    expect, changes, event = confirmation(call, attempt, token, outcome, stored)
+                    expect, changes, event = confirmation(attempt, token, outcome, stored)
                     confirmed = yield self.write(call, expect, changes, event, known=record)
                     return self.result(call, confirmed, replayed=False, live=outcome.value)
                 reason = scrub(stored, call.secrets)
@@ -1061,7 +1064,7 @@ class StateMachine:
         outcome: HandlerOutcome,
         reason: str,
     ) -> Generator[Step, Any, OperationRecord]:
-        """The outcome is unknown: RECONCILING under our lease, or OUTCOME_UNKNOWN if interrupted."""
+        """The outcome is unknown: RECONCILING under our lease, OUTCOME_UNKNOWN if interrupted."""
         attempt = record.attempts
         fence = Expect(lease_token=token)
         overlap = list(live_overlap(record))
@@ -1121,7 +1124,9 @@ class StateMachine:
         *,
         unsent: bool,
     ) -> Generator[Step, Any, OperationRecord | EffectResult[Any]]:
-        """Record an attempt that was not sent; a record back is DISPATCHED (send now) or RECONCILING.
+        """Record an attempt that was not sent; a record back is DISPATCHED or RECONCILING.
+
+        DISPATCHED means send now.
 
         ``unsent`` says the operation provably held no effect before this attempt.
         """
@@ -1279,9 +1284,7 @@ class StateMachine:
             wait = call.pace.next_wait()
             if wait is None:
                 return (
-                    yield from self.give_up_waiting(
-                        call, record, token, ruling, evidence, overlap
-                    )
+                    yield from self.give_up_waiting(call, record, token, ruling, evidence, overlap)
                 )
             yield self.backoff(wait)
             step = self._retry(call, record, token, ruling, evidence, overlap)
@@ -1290,9 +1293,7 @@ class StateMachine:
         try:
             written: OperationRecord = yield step
         except FencedWriteError:
-            current = yield LedgerStep(
-                lambda: self.ledger.get(call.operation_id, now=self.now())
-            )
+            current = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
             return self.result(call, current, replayed=False)
         if ruling.verdict is Verdict.RETRY:
             return written, ruling.nothing_committed
@@ -1325,9 +1326,7 @@ class StateMachine:
                 call, Expect(lease_token=token), changes, event, known=record
             )
         except FencedWriteError:
-            written = yield LedgerStep(
-                lambda: self.ledger.get(call.operation_id, now=self.now())
-            )
+            written = yield LedgerStep(lambda: self.ledger.get(call.operation_id, now=self.now()))
         return self.result(call, written, replayed=False)
 
     def _retry(
@@ -1407,7 +1406,7 @@ def _own_get(ledger: object) -> Any:
 
 
 def confirmation(
-    call: Call, attempt: int, token: str, outcome: HandlerOutcome, stored: Stored
+    attempt: int, token: str, outcome: HandlerOutcome, stored: Stored
 ) -> tuple[Expect, Changes, EventDraft]:
     """The fenced write that confirms an attempt whose handler returned ``stored``.
 
@@ -1433,7 +1432,6 @@ def report(call: Call, result: EffectResult[Any]) -> None:
 
 
 def _raise_not_stored(
-    call: Call,
     record: OperationRecord,
     mark: Mapping[str, Any],
     *,
@@ -1702,7 +1700,9 @@ class StepPerformer:
         """Call the handler for ``attempt`` in this thread, or in one of its own with a deadline."""
         timeout = call.contract.handler_timeout
         if timeout is None:
-            return _calls.run_handler(call.handler, call.arguments, call.provider_key, call.contract)
+            return _calls.run_handler(
+                call.handler, call.arguments, call.provider_key, call.contract
+            )
         TOKENS.hold(token)  # the handler's thread keeps the token active until it ends
         outcome = _calls.call_in_thread(
             functools.partial(_invoke, call),
@@ -1981,7 +1981,9 @@ class EffectExecutor:
         states.claimed(call, token, record, created)
         if not created:
             return self._drive(call, states.reported(call, states.drive(call, record)))
-        renewal = KEEPER.start(ledger, call.operation_id, token, call.contract.lease_seconds, states.now)
+        renewal = KEEPER.start(
+            ledger, call.operation_id, token, call.contract.lease_seconds, states.now
+        )
         try:
             outcome = self._performer.call_handler(call, token, 1)
             if outcome.kind is Outcome.RETURNED:
@@ -2004,7 +2006,7 @@ class EffectExecutor:
     ) -> EffectResult[Any]:
         """Write the confirmation of a handler that returned; what a lost fence becomes."""
         states = self._states
-        expect, changes, event = confirmation(call, 1, token, outcome, stored)
+        expect, changes, event = confirmation(1, token, outcome, stored)
         if call.secrets or stored.not_stored is not None:
             changes, (event,) = scrub_write(call.secrets, changes, (event,))
         try:

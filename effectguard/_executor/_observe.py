@@ -22,7 +22,22 @@ from effectguard._contract import EffectContract
 from effectguard._fingerprint import redact_arguments
 from effectguard._model import EffectResult, EffectStatus, EventType
 
-__all__ = ['CallStart', 'CallWatcher', 'Observer', 'Transition', 'context_observers', 'level', 'listening', 'log_transition', 'logger', 'notify', 'observe_everywhere', 'observing', 'report_pause', 'watched']
+__all__ = [
+    "CallStart",
+    "CallWatcher",
+    "Observer",
+    "Transition",
+    "context_observers",
+    "level",
+    "listening",
+    "log_transition",
+    "logger",
+    "notify",
+    "observe_everywhere",
+    "observing",
+    "report_pause",
+    "watched",
+]
 
 
 # ---- The observer hook: transitions and results, redacted ----
@@ -209,7 +224,7 @@ class _Watching:
             try:
                 manager = watcher.watch_call(self.start)
                 self._entered.append((manager, manager.__enter__()))
-            except Exception:  # a watcher's bug must not turn into an effect's failure
+            except Exception:  # noqa: BLE001 - a watcher's bug must not turn into an effect's failure
                 _observer_log.warning(
                     "observer %r failed watching %s",
                     watcher,
@@ -230,7 +245,7 @@ class _Watching:
         for manager, _ in reversed(self._entered):
             try:
                 manager.__exit__(kind, error, trace)
-            except Exception:  # ditto: the call's outcome is already decided
+            except Exception:  # noqa: BLE001 - ditto: the call's outcome is already decided
                 _observer_log.warning(
                     "observer %r failed ending its watch of %s",
                     manager,
@@ -269,7 +284,7 @@ def report_pause(seconds: float) -> None:
         if callable(paused):
             try:
                 paused(seconds)
-            except Exception:  # a watcher's bug must not turn into an effect's failure
+            except Exception:  # noqa: BLE001 - a watcher's bug must not turn into an effect's failure
                 _observer_log.warning("observer %r failed on a pause", watch, exc_info=True)
 
 
@@ -281,7 +296,7 @@ def notify(observers: tuple[Observer, ...], transition: Transition) -> None:
     for observer in observers:
         try:
             observer(transition)
-        except Exception:  # an observer's bug must not turn into an effect's failure
+        except Exception:  # noqa: BLE001 - an observer's bug must not turn into an effect's failure
             _observer_log.warning(
                 "observer %r failed on %s of %s",
                 observer,

@@ -30,7 +30,18 @@ from effectguard.ledger._protocol import read_commitments, watch_prunes
 if TYPE_CHECKING:
     from effectguard.ledger._protocol import EffectLedger
 
-__all__ = ['DEFAULT_REPLAY_CACHE', 'NOT_STORED', 'ReplayCache', 'Stored', 'cached_replay', 'check_replayable', 'decode', 'jsonable', 'not_stored', 'store']
+__all__ = [
+    "DEFAULT_REPLAY_CACHE",
+    "NOT_STORED",
+    "ReplayCache",
+    "Stored",
+    "cached_replay",
+    "check_replayable",
+    "decode",
+    "jsonable",
+    "not_stored",
+    "store",
+]
 
 
 # ---- What makes an output confirmable and storable, and how a replay reads it back ----

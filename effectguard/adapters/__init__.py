@@ -11,6 +11,7 @@ framework-free steps (:func:`run_effect`, :func:`resume_effect`) an adapter for
 another framework can be built on.
 """
 
+from effectguard._describe import PublicSignature, public_signature
 from effectguard.adapters._common import (
     PENDING_KIND,
     Confirmed,
@@ -24,7 +25,6 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard._describe import PublicSignature, public_signature
 
 __all__ = [
     "PENDING_KIND",

@@ -33,8 +33,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from effectguard._describe import PublicSignature, public_signature, require_effect
 from effectguard._decorator import executor_of, operation_id_of
+from effectguard._describe import PublicSignature, public_signature, require_effect
+from effectguard._model import EffectResult, EffectStatus, OperationRecord
+from effectguard._scope import CallScope, call_scope
 from effectguard.errors import (
     ConfigurationError,
     InvalidRequestError,
@@ -43,8 +45,6 @@ from effectguard.errors import (
     OutputNotStored,
 )
 from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard._model import EffectResult, EffectStatus, OperationRecord
-from effectguard._scope import CallScope, call_scope
 
 __all__ = [
     "PENDING_KIND",

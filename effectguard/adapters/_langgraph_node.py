@@ -22,8 +22,8 @@ from langgraph.errors import GraphInterrupt
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Interrupt
 
-from effectguard.adapters._langgraph_tool import as_tool, require_checkpointer
 from effectguard._decorator import is_effect
+from effectguard.adapters._langgraph_tool import as_tool, require_checkpointer
 
 __all__ = ["EffectToolNode"]
 

@@ -18,6 +18,9 @@ from langgraph.prebuilt.tool_node import ToolCallRequest, msg_content_output
 from langgraph.types import Command, interrupt
 from pydantic import BaseModel, Field, ValidationError, create_model
 
+from effectguard._decorator import is_effect
+from effectguard._describe import PublicSignature, public_signature
+from effectguard._scope import CallScope
 from effectguard.adapters._common import (
     Confirmed,
     Outcome,
@@ -28,10 +31,7 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard._describe import PublicSignature, public_signature
-from effectguard._decorator import is_effect
 from effectguard.errors import ConfigurationError
-from effectguard._scope import CallScope
 
 __all__ = [
     "as_tool",

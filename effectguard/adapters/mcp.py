@@ -38,6 +38,8 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from effectguard._decorator import IdentityTemplate, get_contract, is_effect
+from effectguard._scope import call_scoped
 from effectguard.adapters._common import (
     Confirmed,
     Pending,
@@ -48,10 +50,7 @@ from effectguard.adapters._common import (
     public_signature,
 )
 from effectguard.adapters._effect_tools import as_text, keyword_parameters, stand_in
-from effectguard._decorator import get_contract, is_effect
-from effectguard._decorator import IdentityTemplate
 from effectguard.errors import ConfigurationError, OperationConflictError, OutputNotStored
-from effectguard._scope import call_scoped
 
 try:
     from mcp.server.mcpserver import Context, MCPServer

@@ -39,6 +39,9 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from effectguard._decorator import executor_of, operation_id_of
+from effectguard._model import EffectStatus
+from effectguard._scope import CallScope, call_scope
 from effectguard.adapters._common import (
     Confirmed,
     Outcome,
@@ -52,10 +55,7 @@ from effectguard.adapters._common import (
     run_effect_async,
 )
 from effectguard.adapters._effect_tools import as_text, keyword_parameters, stand_in
-from effectguard._decorator import executor_of, operation_id_of
 from effectguard.errors import ConfigurationError
-from effectguard._model import EffectStatus
-from effectguard._scope import CallScope, call_scope
 
 try:
     from agents import FunctionTool, RunContextWrapper, ToolsToFinalOutputResult, function_tool

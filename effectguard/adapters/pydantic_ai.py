@@ -35,6 +35,9 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from effectguard._decorator import get_contract
+from effectguard._fingerprint import redact_arguments
+from effectguard._scope import CallScope
 from effectguard.adapters._common import (
     Confirmed,
     Outcome,
@@ -48,10 +51,7 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard._decorator import get_contract
 from effectguard.errors import ConfigurationError
-from effectguard._fingerprint import redact_arguments
-from effectguard._scope import CallScope
 
 try:
     from pydantic_ai import (

@@ -89,7 +89,7 @@ def open_ledger(target: str | os.PathLike[str] | EffectLedger, **options: Any) -
         # Imported only here, so that SQLite users never need psycopg.
         try:
             from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: PLC0415 - a backend is imported only when chosen
-        except ModuleNotFoundError as exc:
+        except ImportError as exc:  # the module re-raises a missing driver with its own hint
             if exc.name not in _DRIVERS:
                 raise
             msg = f"a PostgreSQL ledger needs psycopg: pip install 'effectguard[postgres]' ({exc})"

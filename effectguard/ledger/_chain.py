@@ -27,7 +27,38 @@ from effectguard.errors import InvalidRequestError
 if TYPE_CHECKING:
     from effectguard.ledger._protocol import EventDraft
 
-__all__ = ['AnchorHead', 'COMMITTED', 'ChainedEvent', 'FORMAT', 'GENESIS', 'HEAD_COLUMNS', 'Head', 'START', 'UnreadableEvent', 'advance', 'append', 'chain_document', 'chain_hash', 'check', 'check_anchor', 'check_row', 'check_shards', 'commitments', 'compare', 'digest', 'document_text', 'event_document', 'from_micros', 'item', 'joined', 'merged', 'relink', 'shards_of', 'to_micros', 'verify']
+__all__ = [
+    "COMMITTED",
+    "FORMAT",
+    "GENESIS",
+    "HEAD_COLUMNS",
+    "START",
+    "AnchorHead",
+    "ChainedEvent",
+    "Head",
+    "UnreadableEvent",
+    "advance",
+    "append",
+    "chain_document",
+    "chain_hash",
+    "check",
+    "check_anchor",
+    "check_row",
+    "check_shards",
+    "commitments",
+    "compare",
+    "digest",
+    "document_text",
+    "event_document",
+    "from_micros",
+    "item",
+    "joined",
+    "merged",
+    "relink",
+    "shards_of",
+    "to_micros",
+    "verify",
+]
 
 
 # ---- The document an event's hash covers, and the hash ----
@@ -272,7 +303,9 @@ def commits_of(columns: Mapping[str, Any], *, covered: bool = False) -> dict[str
     return found
 
 
-def _matches(name: str, committed: Mapping[str, Any], row: Mapping[str, Any]) -> bool:
+def _matches(  # noqa: PLR0911 - one return per kind of committed field
+    name: str, committed: Mapping[str, Any], row: Mapping[str, Any]
+) -> bool:
     """Whether ``row``'s field ``name`` is what the event's ``committed`` mapping says of it.
 
     ``row`` holds the stored columns :data:`HEAD_COLUMNS` names. A second-format
@@ -573,7 +606,9 @@ def verify(
             pending = next(stream, None)
         events_checked += len(chain)
         problems.extend(check(operation_id, count, bytes(head), chain, status))
-        edited, partial = check_row(operation_id, dict(zip(HEAD_COLUMNS, fields, strict=True)), chain)
+        edited, partial = check_row(
+            operation_id, dict(zip(HEAD_COLUMNS, fields, strict=True)), chain
+        )
         problems.extend(edited)
         uncovered += partial
     while pending is not None:
@@ -658,10 +693,10 @@ def check_anchor(
 ) -> tuple[list[VerifyProblem], AnchorHead]:
     """Walk the anchor in ``seq`` order; return its problems and its head.
 
-    ``claims`` yields :data:`AnchorRow` rows (a running hash None: not filled in yet); ``unanchored`` names operations
-    that have a row but no claim in the anchor (inserted behind the ledger's
-    back). With ``expected`` (a head exported earlier), also reports an anchor
-    that no longer extends it.
+    ``claims`` yields :data:`AnchorRow` rows (a running hash None: not filled in
+    yet); ``unanchored`` names operations that have a row but no claim in the
+    anchor (inserted behind the ledger's back). With ``expected`` (a head
+    exported earlier), also reports an anchor that no longer extends it.
     """
     problems: list[VerifyProblem] = []
     running = START
@@ -768,7 +803,7 @@ def check_shards(
     """Walk an anchor kept in ``shards`` chains; return its problems and its :func:`joined` head.
 
     ``claims`` yields ``(shard, *AnchorRow)`` rows ordered by shard, then
-    ``seq``; each shard is one chain, checked as :func:`check` checks the
+    ``seq``; each shard is one chain, checked as :func:`check_anchor` checks the
     whole anchor. ``expected`` is a head exported earlier: a joined one pins
     every shard; a single chain's (exported before the anchor was sharded)
     pins shard 0, which continues that chain.

@@ -32,10 +32,31 @@ if TYPE_CHECKING:
     from effectguard._model import OperationRecord
     from effectguard.ledger._retention import PruneReport, Tombstone
 
-__all__ = ['AsyncLedger', 'Changes', 'EffectLedger', 'EventDraft', 'Expect', 'Lease', 'NewOperation', 'Prunable', 'UNSET', 'Unset', 'Versioned', 'announce_pruned', 'async_ledger', 'check_limit', 'claims_first', 'describe_mismatch', 'read_commitments', 'to_confirmed', 'watch_prunes']
+__all__ = [
+    "UNSET",
+    "AsyncLedger",
+    "Changes",
+    "EffectLedger",
+    "EventDraft",
+    "Expect",
+    "Lease",
+    "NewOperation",
+    "Prunable",
+    "Unset",
+    "Versioned",
+    "announce_pruned",
+    "async_ledger",
+    "check_limit",
+    "claims_first",
+    "describe_mismatch",
+    "read_commitments",
+    "to_confirmed",
+    "watch_prunes",
+]
 
 
 # ---- The protocol and its write primitives ----
+
 
 class Unset(enum.Enum):
     """The type of :data:`UNSET`."""
@@ -436,6 +457,7 @@ def _defined_by(kind: type, name: str) -> type | None:
 
 
 # ---- The move to CONFIRMED, built once ----
+
 
 def to_confirmed(
     from_status: EffectStatus,

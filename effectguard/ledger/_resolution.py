@@ -1,4 +1,6 @@
-"""Audited operator resolutions (confirm, reject, authorize-retry), written once over the primitives.
+"""Audited operator resolutions (confirm, reject, authorize-retry), written once.
+
+They are built over the ledger primitives.
 
 Each resolution is one fenced transition that records who decided, from which
 OS user and host, and why; redacted argument values stay masked in whatever
@@ -27,7 +29,16 @@ from effectguard.errors import (
 )
 from effectguard.ledger._protocol import UNSET, Changes, EventDraft, Expect, to_confirmed
 
-__all__ = ['MAX_ASSIGNMENTS', 'OperatorResolution', 'authorize_retry', 'confirm', 'hide_redacted', 'os_user', 'previewed', 'reject']
+__all__ = [
+    "MAX_ASSIGNMENTS",
+    "OperatorResolution",
+    "authorize_retry",
+    "confirm",
+    "hide_redacted",
+    "os_user",
+    "previewed",
+    "reject",
+]
 
 
 # ---- Redacted values masked in operator text ----

@@ -23,7 +23,27 @@ from effectguard.errors import EffectPruned, InvalidRequestError, OperationConfl
 from effectguard.ledger._chain import chain_hash, event_document, to_micros
 from effectguard.ledger._protocol import announce_pruned
 
-__all__ = ['ARCHIVE_FORMAT', 'After', 'BatchPruning', 'CutOff', 'PRUNABLE', 'PrunePass', 'PruneReport', 'Tombstone', 'check_archive', 'check_statuses', 'check_tombstone', 'close_archive', 'cut_off', 'kept_for_key', 'open_archive', 'refusal', 'sync_archive', 'tombstone_of', 'write_archived']
+__all__ = [
+    "ARCHIVE_FORMAT",
+    "PRUNABLE",
+    "After",
+    "BatchPruning",
+    "CutOff",
+    "PrunePass",
+    "PruneReport",
+    "Tombstone",
+    "check_archive",
+    "check_statuses",
+    "check_tombstone",
+    "close_archive",
+    "cut_off",
+    "kept_for_key",
+    "open_archive",
+    "refusal",
+    "sync_archive",
+    "tombstone_of",
+    "write_archived",
+]
 
 
 # ---- Retention: what may be pruned, tombstones, the archive ----

@@ -79,7 +79,37 @@ from effectguard.ledger._rows import EVENT_COLUMNS, POSTGRES, Kind
 from effectguard.ledger._rows import OPERATION_COLUMNS as _OPERATIONS
 from effectguard.ledger._rows import POSTGRES as _ROWS
 
-__all__ = ['ANCHOR_MIGRATION', 'ANCHOR_SHARDS', 'Connection', 'ConnectionLost', 'Connections', 'DEFAULT_SCHEMA', 'EVENT_SELECT', 'MIGRATIONS', 'OPERATION_COLUMNS', 'PostgresEffectLedger', 'PostgresPruning', 'RECENT_SECONDS', 'Recent', 'SCHEMA_VERSION', 'Seen', 'Statements', 'TOMBSTONED', 'Tombstoned', 'after', 'chain_parameters', 'check_schema_name', 'created', 'describe', 'moment', 'select_list', 'split_target', 'stone_select', 'tombstone_problems', 'utc']
+__all__ = [
+    "ANCHOR_MIGRATION",
+    "ANCHOR_SHARDS",
+    "DEFAULT_SCHEMA",
+    "EVENT_SELECT",
+    "MIGRATIONS",
+    "OPERATION_COLUMNS",
+    "RECENT_SECONDS",
+    "SCHEMA_VERSION",
+    "TOMBSTONED",
+    "Connection",
+    "ConnectionLost",
+    "Connections",
+    "PostgresEffectLedger",
+    "PostgresPruning",
+    "Recent",
+    "Seen",
+    "Statements",
+    "Tombstoned",
+    "after",
+    "chain_parameters",
+    "check_schema_name",
+    "created",
+    "describe",
+    "moment",
+    "select_list",
+    "split_target",
+    "stone_select",
+    "tombstone_problems",
+    "utc",
+]
 
 
 # ---- Every statement, for one schema ----
@@ -995,14 +1025,6 @@ class Recent:
 
 # ---- Retention's statements: a prune page locked SKIP LOCKED, tombstones ----
 
-if TYPE_CHECKING:
-    from psycopg import Connection as _Connection
-
-    Connection = _Connection[tuple[Any, ...]]
-
-
-T = TypeVar("T")
-
 
 _STONE_COLUMNS = (
     "operation_id, contract, contract_version, fingerprint, status, provider_operation_id,"
@@ -1151,9 +1173,6 @@ class PostgresPruning(BatchPruning["Connection"]):
 # ---- PostgresEffectLedger ----
 
 # A write that keeps finding its row changed by others gives up after this many reads.
-T = TypeVar("T")
-
-
 _WRITE_ROUNDS = 16
 
 
@@ -1417,9 +1436,7 @@ class PostgresEffectLedger(OperatorResolution, PostgresPruning):
         lost = False
         for _ in range(_WRITE_ROUNDS):
             try:
-                row, moment = self._db.run(
-                    functools.partial(self._insert, operation, given, skew)
-                )
+                row, moment = self._db.run(functools.partial(self._insert, operation, given, skew))
             except Tombstoned as exc:
                 self._refuse_tombstoned(operation, exc)
             except ConnectionLost:
@@ -1607,9 +1624,7 @@ class PostgresEffectLedger(OperatorResolution, PostgresPruning):
             return conn.execute(statement, params).fetchall()
 
         given = self._given(None)
-        return [
-            POSTGRES.record(row[:-1], given or utc(row[-1])) for row in self._db.read(work)
-        ]
+        return [POSTGRES.record(row[:-1], given or utc(row[-1])) for row in self._db.read(work)]
 
     def events(self, operation_id: str) -> list[EffectEvent]:
         """See :meth:`EffectLedger.events`."""

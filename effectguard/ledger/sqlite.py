@@ -544,12 +544,24 @@ class GroupCommit:
         if self._pid != os.getpid():
             self._forked()
         if standalone:
-            with self._lock:
-                alone = not self._leading  # nobody leads: nothing is queued either
+            alone = False
+            try:
+                with self._lock:
+                    if not self._leading:  # nobody leads: nothing is queued either
+                        alone = self._leading = True  # one line: an interrupt hits before or after
                 if alone:
-                    self._leading = True
-            if alone:
-                return self._alone(connect, work, operation_id)
+                    return self._alone(connect, work, operation_id)
+            finally:
+                # Also after an interrupt anywhere past taking the role: no write waits forever.
+                if alone:
+                    with self._lock:
+                        self._hand_over()
+        return self._queued(connect, work, operation_id)
+
+    def _queued(
+        self, connect: Callable[[], Any], work: Callable[[Any], T], operation_id: str | None
+    ) -> T:
+        """Queue ``work`` for the next batch, leading it when nobody else does (see :meth:`run`)."""
         pending: Pending[T] = Pending(work, operation_id)
         with self._lock:
             self._queue.append(pending)
@@ -574,21 +586,17 @@ class GroupCommit:
     def _alone(
         self, connect: Callable[[], Any], work: Callable[[Any], T], operation_id: str | None
     ) -> T:
-        """Run a standalone write that found nobody else writing, then hand the role on.
+        """Run a standalone write that found nobody else writing (:meth:`run` hands the role on).
 
         Writes queued meanwhile are led by the first of them as soon as this
         one is done, exactly as after a batch.
         """
-        try:
-            # Connect first: the first connection pins the file the check compares against
-            # (checked before it, a file another handle just created would look replaced).
-            conn = connect()
-            self._check(operation_id)
-            with conn.in_use:
-                result = work(conn)
-        finally:
-            with self._lock:
-                self._hand_over()
+        # Connect first: the first connection pins the file the check compares against
+        # (checked before it, a file another handle just created would look replaced).
+        conn = connect()
+        self._check(operation_id)
+        with conn.in_use:
+            result = work(conn)
         self.batches += 1
         self.writes += 1
         return result
@@ -914,21 +922,23 @@ def anchor_pending(conn: sqlite3.Connection) -> AnchorHead:
     Returns the anchor's head. The claims without one always follow those with
     one, since they are filled in order.
     """
-    seq, running = _last_anchored(conn)
+    last, running = _last_anchored(conn)
     filled = []
-    for seq, operation_id, first in conn.execute(_CLAIMS_AFTER, (seq,)).fetchall():
+    for seq, operation_id, first in conn.execute(_CLAIMS_AFTER, (last,)).fetchall():
         running = chain.advance(running, operation_id, b"" if first is None else bytes(first))
         filled.append((running, seq))
+        last = seq
     conn.executemany(_FILL, filled)
-    return AnchorHead(seq, running)
+    return AnchorHead(last, running)
 
 
 def pending_head(conn: sqlite3.Connection) -> AnchorHead:
     """The head :func:`anchor_pending` would leave, computed without writing (a read)."""
-    seq, running = _last_anchored(conn)
-    for seq, operation_id, first in conn.execute(_CLAIMS_AFTER, (seq,)):
+    last, running = _last_anchored(conn)
+    for seq, operation_id, first in conn.execute(_CLAIMS_AFTER, (last,)):
         running = chain.advance(running, operation_id, b"" if first is None else bytes(first))
-    return AnchorHead(seq, running)
+        last = seq
+    return AnchorHead(last, running)
 
 
 def anchor_unanchored(conn: sqlite3.Connection) -> None:
@@ -1435,7 +1445,7 @@ class LedgerFile:
     def _check_file(self, operation_id: str | None) -> None:
         """Refuse a write when the path no longer names the file this ledger opened."""
         try:
-            stat = os.stat(self._path_text)
+            stat = os.stat(self._path_text)  # noqa: PTH116 - the path as SQLite opened it, a str
         except FileNotFoundError:
             found = None
         else:
@@ -1741,8 +1751,9 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
             arguments = canonical_json(dict(operation.arguments))
         key = operation.provider_key
         fingerprint = operation.fingerprint
+        covered = chain.BY_FINGERPRINT if operation.fingerprinted else chain.digest(arguments) or ""
         commits = (
-            f'{{"arguments":{_quoted(chain.BY_FINGERPRINT) if operation.fingerprinted else _quoted(chain.digest(arguments) or "")},'
+            f'{{"arguments":{_quoted(covered)},'
             f'"attempt_budget":{operation.attempt_budget:d},"attempts":1,'
             f'"fingerprint":{_quoted(fingerprint[:_DIGEST])},'
             f'"lease":{_quoted(chain.lease_commitment(token, owner) or "")},'
@@ -1802,7 +1813,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
                 token,
                 lease.owner,
                 from_micros(expires),
-                True,
+                True,  # noqa: FBT003 - OperationRecord's positional fields, in order
                 (),
                 created,
                 created,
@@ -1823,7 +1834,10 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
             refuse_tombstoned(conn, operation.operation_id, operation.fingerprint)
         row = _select(conn, operation.operation_id)
         if row is None:
-            msg = f"the claim of {operation.operation_id!r} was refused ({refused}) but no row blocks it"
+            msg = (
+                f"the claim of {operation.operation_id!r} was refused ({refused})"
+                " but no row blocks it"
+            )
             raise InternalError(msg) from refused
         return rows.record(row, now_us)
 
@@ -1965,7 +1979,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
                 return None, None
             return rows.record(row[:-1], now_us), row[-1]
 
-        return self._read(work, (None, None))
+        nothing: tuple[OperationRecord | None, str | None] = (None, None)
+        return self._read(work, nothing)
 
     def list_operations(
         self,

@@ -9,9 +9,9 @@ from typing import Any, Self
 
 from opentelemetry import trace
 
-from effectguard.errors import ConfigurationError
 from effectguard._executor import EffectExecutor
 from effectguard._executor._observe import observe_everywhere
+from effectguard.errors import ConfigurationError
 from effectguard.otel.spans import EffectTelemetry
 
 __all__ = ["Instrumentation", "instrument"]

@@ -28,9 +28,9 @@ from opentelemetry import trace
 from effectguard import __version__
 from effectguard._executor import CallStart, Transition
 from effectguard._model import EffectStatus
+from effectguard._scope import CallScope
 from effectguard.otel import events, names
 from effectguard.otel.metrics import Instruments
-from effectguard._scope import CallScope
 
 __all__ = ["EffectTelemetry"]
 

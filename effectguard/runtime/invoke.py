@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
 
-from effectguard._decorator import use_executor
 from effectguard._contract import OutputCodec
+from effectguard._decorator import use_executor
+from effectguard._executor import EffectExecutor, Transition, observing
+from effectguard._model import EffectResult, EffectStatus
 from effectguard.errors import (
     ConfigurationError,
     EffectRejected,
@@ -29,8 +31,6 @@ from effectguard.errors import (
     OperationConflictError,
     RuntimeStateError,
 )
-from effectguard._executor import EffectExecutor, Transition, observing
-from effectguard._model import EffectResult, EffectStatus
 from effectguard.runtime.tools import ToolDefinition
 
 __all__ = [

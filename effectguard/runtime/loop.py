@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from effectguard.errors import ConfigurationError
 from effectguard._model import EffectStatus
+from effectguard._scope import CallScope
+from effectguard.errors import ConfigurationError
 from effectguard.runtime.invoke import CallOutcome, error_content
 from effectguard.runtime.llm import Message, ModelTurn, ToolCall
 from effectguard.runtime.permissions import Decision, PermissionPolicy, ToolRequest
@@ -35,7 +36,6 @@ from effectguard.runtime.state import (
 from effectguard.runtime.tools import ToolDefinition
 from effectguard.runtime.tools.registry import ToolRegistry
 from effectguard.runtime.tools.validation import parse_arguments, validate
-from effectguard._scope import CallScope
 
 __all__ = ["Machine", "ModelStep", "RunMachine", "SaveStep", "StatusStep", "Step", "ToolStep"]
 

@@ -22,14 +22,15 @@ import inspect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from effectguard._executor import EffectExecutor
+from effectguard._model import EffectStatus
+from effectguard._scope import call_scope
 from effectguard.errors import (
     ApprovalNotPendingError,
     InvalidRequestError,
     RunExistsError,
     RunNotFoundError,
 )
-from effectguard._executor import EffectExecutor
-from effectguard._model import EffectStatus
 from effectguard.runtime.checkpoints import CheckpointStore, InMemoryCheckpointStore
 from effectguard.runtime.invoke import invoke, invoke_async, run_to_completion
 from effectguard.runtime.llm import Message, Model
@@ -48,7 +49,6 @@ from effectguard.runtime.sinks.audit import AuditAction, AuditSink, InMemoryAudi
 from effectguard.runtime.sinks.trace import InMemoryTraceSink, TraceKind, TraceSink
 from effectguard.runtime.state import CallPhase, PendingCall, RunRecord, RunResult
 from effectguard.runtime.tools.registry import ToolLike, ToolRegistry
-from effectguard._scope import call_scope
 
 __all__ = ["AgentRuntime"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from effectguard._model import EffectStatus
-from effectguard.runtime.llm import Message, ToolCall
 from effectguard._scope import CallScope
+from effectguard.runtime.llm import Message, ToolCall
 
 __all__ = ["ApprovalRequest", "CallPhase", "PendingCall", "RunRecord", "RunResult", "RunState"]
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from effectguard.errors import RunNotFoundError
 from effectguard._model import EffectStatus
+from effectguard.errors import RunNotFoundError
 from effectguard.runtime.state import ApprovalRequest, RunRecord, RunState
 
 if TYPE_CHECKING:

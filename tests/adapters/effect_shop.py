@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from effectguard import INJECTED, EffectExecutor, effect, open_ledger
-from effectguard import EffectLedger
+from effectguard import INJECTED, EffectExecutor, EffectLedger, effect, open_ledger
 from effectguard.testkit import FakeEmailProvider, FakePaymentProvider, Fault, FaultPlan, Lookup
 
 CAPTURE_OPERATION = "invoice:{invoice_id}:capture"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from effectguard import (
+    CallScope,
     ConfigurationError,
     EffectExecutor,
     EffectRejected,
@@ -23,6 +24,7 @@ from effectguard import (
     UnknownOutcomePolicy,
     call_scoped,
     effect,
+    open_ledger,
 )
 from effectguard.adapters import (
     PENDING_KIND,
@@ -37,8 +39,6 @@ from effectguard.adapters import (
     run_effect_async,
 )
 from effectguard.errors import OperationNotFoundError
-from effectguard import open_ledger
-from effectguard import CallScope
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import Fault, FaultPlan

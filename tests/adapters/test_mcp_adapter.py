@@ -12,9 +12,8 @@ import pytest
 from effect_shop import Shop, confirm_with_cli, confirm_with_ledger, open_shop
 from extras_support import import_extra
 
-from effectguard import EffectRejected, call_scoped, effect
+from effectguard import ConfigurationError, EffectRejected, call_scoped, effect
 from effectguard._decorator import executor_of
-from effectguard import ConfigurationError
 from effectguard.testkit import Fault
 
 mcp = import_extra("mcp", "mcp")

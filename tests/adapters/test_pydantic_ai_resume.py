@@ -26,10 +26,9 @@ from pydantic_ai_support import (
     run,
 )
 
-from effectguard import EffectExecutor, EffectStatus, SQLiteEffectLedger
+from effectguard import ConfigurationError, EffectExecutor, EffectStatus, SQLiteEffectLedger
 from effectguard.adapters import PENDING_KIND
 from effectguard.adapters.pydantic_ai import as_tool, asettle_deferred, settle_deferred
-from effectguard import ConfigurationError
 from effectguard.testkit import FakeEmailProvider, FakePaymentProvider, Fault, FaultPlan, Lookup
 
 CHILD = Path(__file__).with_name("pydantic_ai_child.py")

@@ -18,11 +18,16 @@ from pydantic_ai_support import (
     run,
 )
 
-from effectguard import EffectExecutor, EffectRejected, EffectStatus, SQLiteEffectLedger
-from effectguard.adapters.pydantic_ai import as_tool, settle_deferred
-from effectguard import ConfigurationError
-from effectguard.errors import OperationNotFoundError
+from effectguard import (
+    ConfigurationError,
+    EffectExecutor,
+    EffectRejected,
+    EffectStatus,
+    SQLiteEffectLedger,
+)
 from effectguard._fingerprint import REDACTED
+from effectguard.adapters.pydantic_ai import as_tool, settle_deferred
+from effectguard.errors import OperationNotFoundError
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 ROOT = Path(__file__).resolve().parents[2]

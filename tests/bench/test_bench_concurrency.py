@@ -11,9 +11,7 @@ import pytest
 
 from benchmarks import _asyncio, _throughput
 from benchmarks._stats import percentile
-from effectguard import EffectExecutor
-from effectguard import open_ledger
-from effectguard import EffectStatus
+from effectguard import EffectExecutor, EffectStatus, open_ledger
 
 
 def _confirmed(path: Path) -> list[str]:

@@ -9,8 +9,7 @@ import pytest
 
 from benchmarks import BenchConfig, BenchError
 from benchmarks._throughput import _threads
-from effectguard import EffectExecutor
-from effectguard import SQLiteEffectLedger
+from effectguard import EffectExecutor, SQLiteEffectLedger
 
 
 def test_a_call_refused_by_a_locked_ledger_is_counted_as_a_lock_error(tmp_path: Path):

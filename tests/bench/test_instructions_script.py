@@ -20,7 +20,9 @@ def _made_by_mkdtemp() -> set[Path]:
     )
 
 
-@pytest.mark.parametrize("mode", ["guarded", "replay", "read"])
+@pytest.mark.parametrize(
+    "mode", ["fresh", "uncached", "cached", "read", "raw-write", "raw-read", "guarded", "replay"]
+)
 def test_each_mode_makes_its_calls_and_leaves_nothing_behind(mode, tmp_path):
     """A few calls of each mode run to the end; the ledger it made is removed."""
     before = _made_by_mkdtemp()
@@ -46,5 +48,8 @@ def test_a_wrong_command_line_is_one_line_and_a_failure():
     )
     assert done.returncode != 0
     assert done.stderr.strip().splitlines() == [
-        "usage: python docs/instructions.py [--measure] {guarded,replay,read} [N]"
+        (
+            "usage: python docs/instructions.py [--measure]"
+            " {fresh,uncached,cached,read,raw-write,raw-read,all} [N]"
+        )
     ]

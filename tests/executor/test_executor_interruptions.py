@@ -19,9 +19,8 @@ from collections.abc import Callable
 import pytest
 from support import ARGS, OPERATION, capture_contract, wait_until
 
-from effectguard import EffectExecutor, EffectRejected, EffectStatus, OutcomeProbeResult
+from effectguard import EffectExecutor, EffectRejected, EffectStatus, EventType, OutcomeProbeResult
 from effectguard._executor._leases import TOKENS
-from effectguard import EventType
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ProviderUnavailable
 
 

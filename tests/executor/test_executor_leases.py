@@ -18,9 +18,9 @@ from effectguard import (
     LedgerUnavailableError,
     SQLiteEffectLedger,
 )
-from effectguard.ledger import EventDraft, Lease, NewOperation
 from effectguard._model import LeaseOwner
 from effectguard._process import _start_time, current_owner, is_this_process, process_gone
+from effectguard.ledger import Lease, NewOperation
 from effectguard.testkit import FakePaymentProvider
 
 

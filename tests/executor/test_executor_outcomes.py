@@ -20,7 +20,7 @@ from effectguard import (
     OperationConflictError,
     UnknownOutcomePolicy,
 )
-from effectguard.ledger import EventDraft, Lease, NewOperation
+from effectguard.ledger import Lease, NewOperation
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from support import ARGS, OPERATION, capture_contract
 
+from benchmarks._counting import CountingLedger
 from effectguard import (
     ConfigurationError,
     EffectExecutor,
@@ -25,7 +26,6 @@ from effectguard import (
     OutputNotStored,
 )
 from effectguard.errors import IllegalTransitionError
-from benchmarks._counting import CountingLedger
 from effectguard.testkit import FakePaymentProvider, ManualClock
 
 FORGED = '{"amount_cents":1999,"id":"cap_999999","invoice_id":"INV-1042","status":"succeeded"}'

@@ -17,8 +17,7 @@ from support import ARGS, OPERATION, capture_contract
 
 from effectguard import EffectExecutor, EffectStatus, EventType, SQLiteEffectLedger
 from effectguard._decorator import FoundTool, ToolIndex
-from effectguard.operator import ReprobeAction, reprobe
-from effectguard.operator import Recoverer
+from effectguard.operator import Recoverer, ReprobeAction, reprobe
 from effectguard.testkit import FakePaymentProvider, Lookup
 
 CHILD = Path(__file__).parents[1] / "child_worker.py"

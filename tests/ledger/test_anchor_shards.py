@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from effectguard.ledger import _chain as anchor
 from effectguard.ledger import AnchorHead
+from effectguard.ledger import _chain as anchor
 
 
 def shard_rows(shard: int, operation_ids: list[str]) -> list[tuple[object, ...]]:
@@ -51,7 +51,7 @@ def test_a_deleted_claim_inside_a_shard_is_a_gap_and_a_deleted_last_one_is_a_rew
 def test_a_head_exported_before_sharding_checks_against_shard_zero():
     """A single chain's head is a prefix of shard 0, which continues that chain."""
     before = shard_rows(0, ["op-a", "op-b"])
-    _, single = anchor.check((row[1:] for row in before), [])
+    _, single = anchor.check_anchor((row[1:] for row in before), [])
     after = shard_rows(0, ["op-a", "op-b", "op-c"]) + shard_rows(5, ["op-d"])
     assert anchor.check_shards(after, [], 16, single)[0] == []
     rewritten = shard_rows(0, ["op-x", "op-b", "op-c"])

@@ -13,10 +13,10 @@ import pytest
 from support import ARGS, OPERATION, capture_contract
 
 from effectguard import EffectExecutor, EffectLedger, EffectStatus, InvalidRequestError
-from effectguard.testkit._ledgers import DelegatingLedger
-from effectguard.ledger._protocol import read_commitments
 from effectguard._model import EffectEvent
+from effectguard.ledger._protocol import read_commitments
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan
+from effectguard.testkit._ledgers import DelegatingLedger
 
 
 class EventsOnly:

@@ -9,14 +9,12 @@ from typing import Any
 import pytest
 from support import ARGS, OPERATION, capture_contract
 
-from effectguard import EffectExecutor, EffectStatus
 from benchmarks._counting import CountingLedger
-from effectguard import open_ledger
-from effectguard.testkit._ledgers import DelegatingLedger
-from effectguard import EffectLedger
+from effectguard import EffectExecutor, EffectLedger, EffectStatus, open_ledger
 from effectguard.ledger import Prunable
 from effectguard.ledger._protocol import claims_first
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan
+from effectguard.testkit._ledgers import DelegatingLedger
 from proofs.matrix.contention import FenceCounter
 
 #: Every method the EffectLedger protocol names, read from the protocol itself.

@@ -20,11 +20,10 @@ from _ledger_samples import (
     operation,
 )
 
+from effectguard import EffectStatus, EventType, InvalidRequestError, LedgerUnavailableError
 from effectguard.errors import FencedWriteError, OperationNotFoundError
-from effectguard import InvalidRequestError, LedgerUnavailableError
-from effectguard.ledger._chain import from_micros
 from effectguard.ledger import Changes, EventDraft, Expect, Lease
-from effectguard import EffectStatus, EventType
+from effectguard.ledger._chain import from_micros
 
 # -- claim ---------------------------------------------------------------------------------
 
@@ -50,9 +49,7 @@ def test_second_claim_returns_the_existing_record_unchanged(ledger, clock):
     """Claiming a taken operation id returns the stored record and writes nothing."""
     first, _ = ledger.claim(operation(), now=clock())
     clock.advance(5)
-    again, created = ledger.claim(
-        operation(token=TOKEN_B, fingerprint="0" * 64), now=clock()
-    )
+    again, created = ledger.claim(operation(token=TOKEN_B, fingerprint="0" * 64), now=clock())
     assert not created
     assert again.lease_token == TOKEN_A
     assert again.fingerprint == first.fingerprint
@@ -70,9 +67,7 @@ def test_concurrent_claims_create_exactly_one(ledger, clock):
     def contend(index: int) -> None:
         try:
             barrier.wait()
-            record, created = ledger.claim(
-                operation(token=f"token-{index}"), now=clock()
-            )
+            record, created = ledger.claim(operation(token=f"token-{index}"), now=clock())
             results.append((record.lease_token, created))
         except BaseException as exc:
             errors.append(exc)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from _ledger_samples import operation, quarantine, three_operations
 
-from effectguard.errors import IllegalTransitionError
 from effectguard import EffectStatus, EventType
+from effectguard.errors import IllegalTransitionError
 from effectguard.ledger import Changes, EventDraft, Expect
 
 # -- verify ----------------------------------------------------------------------------------

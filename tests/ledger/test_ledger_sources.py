@@ -10,14 +10,11 @@ from typing import Any
 import pytest
 from _ledger_samples import TOKEN_A, event, operation
 
-from effectguard import InvalidRequestError
+from effectguard import EffectLedger, EffectStatus, InvalidRequestError, SQLiteEffectLedger
+from effectguard._model import EffectEvent, OperationRecord
+from effectguard.ledger import Changes, Expect
 from effectguard.ledger import _chain as chain
 from effectguard.ledger import _rows as schema
-from effectguard.ledger import Changes, Expect
-from effectguard import EffectLedger
-from effectguard import SQLiteEffectLedger
-from effectguard._model import EffectEvent, OperationRecord
-from effectguard import EffectStatus
 
 
 def _stored_columns(backend: str, target: str) -> dict[str, tuple[str, ...]]:
@@ -34,7 +31,7 @@ def _stored_columns(backend: str, target: str) -> dict[str, tuple[str, ...]]:
             conn.close()
     import psycopg  # noqa: PLC0415 - only the PostgreSQL run needs it
 
-    from effectguard.ledger.postgres import split_target
+    from effectguard.ledger.postgres import split_target  # noqa: PLC0415 - needs psycopg
 
     conninfo, name = split_target(target, None)
     with psycopg.connect(conninfo) as conn:

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from _ledger_samples import OWNER, TOKEN_A, TOKEN_B, event, operation
 
-from effectguard.errors import FencedWriteError
-from effectguard.ledger.postgres import RECENT_SECONDS, Recent
-from effectguard.ledger import Changes, Expect, Lease
 from effectguard import EffectStatus, EventType
+from effectguard.errors import FencedWriteError
+from effectguard.ledger import Changes, Expect, Lease
+from effectguard.ledger.postgres import RECENT_SECONDS, Recent
 
 OP = "invoice:INV-1:capture"
 

@@ -12,8 +12,7 @@ import sqlite3
 import pytest
 from support import ARGS, capture_contract
 
-from effectguard import EffectExecutor, EffectLedger, EffectStatus
-from effectguard import SQLiteEffectLedger
+from effectguard import EffectExecutor, EffectLedger, EffectStatus, SQLiteEffectLedger
 from effectguard.ledger.sqlite import SCHEMA_VERSION
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, ManualClock
 

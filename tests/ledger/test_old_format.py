@@ -80,7 +80,8 @@ def test_old_operations_replay_and_resume_and_new_ones_chain_on(old_ledger: Path
     capture("INV-4", 400)
     for invoice in ("LOST-3", "INV-4"):
         record = ledger.get(f"invoice:{invoice}:capture")
-        assert record is not None and record.status is EffectStatus.CONFIRMED
+        assert record is not None
+        assert record.status is EffectStatus.CONFIRMED
     with pytest.raises(EffectPruned):
         capture("INV-1", 100)
     assert provider.committed() == 2  # LOST-3's retry and INV-4; nothing replayed was resent

@@ -8,9 +8,7 @@ import textwrap
 
 import pytest
 
-from effectguard import ConfigurationError
-from effectguard import open_ledger
-from effectguard import SQLiteEffectLedger
+from effectguard import ConfigurationError, SQLiteEffectLedger, open_ledger
 
 
 def test_a_path_opens_a_sqlite_ledger_and_a_ledger_is_returned_as_it_is(tmp_path):

@@ -13,13 +13,11 @@ from pathlib import Path
 import pytest
 from postgres_support import import_psycopg, with_schema
 
-from effectguard import EffectExecutor, EffectStatus, LedgerUnavailableError
+from effectguard import EffectExecutor, EffectStatus, EventType, LedgerUnavailableError, open_ledger
 from effectguard._fingerprint import request_fingerprint
-from effectguard import open_ledger
-from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
-from effectguard import EventType
 from effectguard._model import LeaseOwner, OverlapHolder
 from effectguard._process import current_owner
+from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.tcp_proxy import TcpProxy
 
@@ -27,8 +25,10 @@ psycopg = import_psycopg()
 
 from _postgres_worker import capture_contract  # noqa: E402 - needs psycopg
 
-from effectguard.ledger.postgres import PostgresEffectLedger  # noqa: E402 - needs psycopg, imported just above
-from effectguard.ledger.postgres import SCHEMA_VERSION
+from effectguard.ledger.postgres import (  # noqa: E402 - needs psycopg, imported just above
+    SCHEMA_VERSION,
+    PostgresEffectLedger,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

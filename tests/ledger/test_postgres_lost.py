@@ -14,10 +14,8 @@ import uuid
 import pytest
 from postgres_support import import_psycopg, with_schema
 
-from effectguard import EffectExecutor, EffectStatus
-from effectguard import open_ledger
+from effectguard import EffectExecutor, EffectStatus, EventType, open_ledger
 from effectguard.ledger import Changes, EventDraft, Expect
-from effectguard import EventType
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.tcp_proxy import TcpProxy
 

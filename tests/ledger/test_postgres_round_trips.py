@@ -15,8 +15,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from postgres_support import import_psycopg, with_schema
 
-from effectguard import EffectExecutor, EffectStatus
-from effectguard import open_ledger
+from effectguard import EffectExecutor, EffectStatus, open_ledger
 from effectguard.testkit import FakePaymentProvider
 from effectguard.testkit.tcp_proxy import TcpProxy
 

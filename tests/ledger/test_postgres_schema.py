@@ -10,19 +10,20 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from postgres_support import import_psycopg, with_schema
 
-from effectguard import ConfigurationError, LedgerUnavailableError
-from effectguard.errors import LedgerNotFoundError, LedgerSchemaError
-from effectguard.ledger import _chain as chain
-from effectguard import open_ledger
-from effectguard.ledger import Lease, NewOperation
-from effectguard import EffectStatus
+from effectguard import ConfigurationError, EffectStatus, LedgerUnavailableError, open_ledger
 from effectguard._model import LeaseOwner
+from effectguard.errors import LedgerNotFoundError, LedgerSchemaError
+from effectguard.ledger import Lease, NewOperation
+from effectguard.ledger import _chain as chain
 
 psycopg = import_psycopg()
 
-from effectguard.ledger.postgres import SCHEMA_VERSION, PostgresEffectLedger  # noqa: E402 - needs psycopg, imported just above
 from effectguard.ledger import postgres as pg_ledger  # noqa: E402 - needs psycopg
-from effectguard.ledger.postgres import split_target
+from effectguard.ledger.postgres import (  # noqa: E402 - needs psycopg, imported just above
+    SCHEMA_VERSION,
+    PostgresEffectLedger,
+    split_target,
+)
 
 OWNER = LeaseOwner("host-a.example", "boot", "pid:[1]", 1, "1")
 # Nothing listens on port 1: connecting fails at once.

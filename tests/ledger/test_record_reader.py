@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from effectguard._fingerprint import canonical_json
-from effectguard.ledger._rows import POSTGRES, SQLITE, Rows
 from effectguard import EffectStatus
+from effectguard._fingerprint import canonical_json
 from effectguard._model import LeaseOwner, OperationRecord, OverlapHolder
+from effectguard.ledger._rows import POSTGRES, SQLITE, Rows
 
 OWNER = LeaseOwner(host="h", boot_id="b", pid_namespace="n", pid=7, start_time="1")
 CREATED = 1_700_000_000_250_001

@@ -23,10 +23,10 @@ from effectguard import (
     InvalidRequestError,
     UnknownOutcomePolicy,
 )
-from effectguard.errors import IllegalTransitionError, OperationNotFoundError
 from effectguard._fingerprint import request_fingerprint
-from effectguard.ledger import EventDraft, Lease, NewOperation
 from effectguard._model import LeaseOwner
+from effectguard.errors import IllegalTransitionError, OperationNotFoundError
+from effectguard.ledger import Lease, NewOperation
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 ARGS = {"invoice_id": "INV-1042", "amount_cents": 1250}

@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 from support import capture_contract, foreign_owner
 
-from effectguard import EffectExecutor, EffectLedger, EffectStatus
-from effectguard.errors import IllegalTransitionError
+from effectguard import EffectExecutor, EffectLedger
 from effectguard._fingerprint import request_fingerprint
-from effectguard.ledger import EventDraft, Lease, NewOperation
-from effectguard import EventType
 from effectguard._model import LeaseOwner
 from effectguard._process import _start_time, current_owner
+from effectguard.errors import IllegalTransitionError
+from effectguard.ledger import Lease, NewOperation
 from effectguard.testkit import FakePaymentProvider
 
 ARGS = {"invoice_id": "INV-7", "amount_cents": 700}

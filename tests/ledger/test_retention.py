@@ -14,11 +14,16 @@ from typing import Any
 import pytest
 from support import ARGS, capture_contract
 
-from effectguard import EffectExecutor, EffectPruned, EffectStatus, OperationConflictError
-from effectguard import InvalidRequestError
-from effectguard.ledger import _retention as retention
-from effectguard import EffectLedger
+from effectguard import (
+    EffectExecutor,
+    EffectLedger,
+    EffectPruned,
+    EffectStatus,
+    InvalidRequestError,
+    OperationConflictError,
+)
 from effectguard.ledger import Prunable
+from effectguard.ledger import _retention as retention
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 DAY = 86_400.0

@@ -28,16 +28,21 @@ import pytest
 from group_support import WAIT, WriterCrash, hold_writer, in_thread, queued
 from support import capture_contract
 
-from effectguard import EffectContract, EffectExecutor
-from effectguard import InvalidRequestError, LedgerUnavailableError
-from effectguard.ledger._protocol import async_ledger
-from effectguard.testkit._ledgers import DelegatingLedger
-from effectguard.ledger import Changes, EventDraft, Expect
-from effectguard import SQLiteEffectLedger
-from effectguard.ledger import sqlite as group
-from effectguard import EffectResult, EffectStatus
+from effectguard import (
+    EffectContract,
+    EffectExecutor,
+    EffectResult,
+    EffectStatus,
+    InvalidRequestError,
+    LedgerUnavailableError,
+    SQLiteEffectLedger,
+)
 from effectguard._model import OperationRecord
+from effectguard.ledger import Changes, EventDraft, Expect
+from effectguard.ledger import sqlite as group
+from effectguard.ledger._protocol import async_ledger
 from effectguard.testkit import FakePaymentProvider
+from effectguard.testkit._ledgers import DelegatingLedger
 
 CONTRACT = EffectContract(name="loop.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")
 
@@ -191,10 +196,11 @@ class CountingLedger(SQLiteEffectLedger):
         events: Sequence[EventDraft],
         *,
         now: float | None = None,
+        known: OperationRecord | None = None,
     ) -> OperationRecord:
         """Count the transition, then write it."""
         CountingLedger.transitions += 1
-        return super().transition(operation_id, expect, changes, events, now=now)
+        return super().transition(operation_id, expect, changes, events, now=now, known=known)
 
 
 def test_a_ledger_that_overrides_a_write_is_written_through_its_override(

@@ -6,8 +6,8 @@ import sqlite3
 
 import pytest
 
-from effectguard.errors import CheckpointError, LedgerSchemaError
 from effectguard import SQLiteEffectLedger
+from effectguard.errors import CheckpointError, LedgerSchemaError
 from effectguard.ledger import sqlite as connection
 from effectguard.ledger import sqlite as migrations
 from effectguard.ledger.sqlite import foreign_message

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 
-from effectguard import EffectStatus, EventType, SQLiteEffectLedger
-from effectguard.ledger import EventDraft, Lease, NewOperation
+from effectguard import SQLiteEffectLedger
 from effectguard._process import current_owner
+from effectguard.ledger import Lease, NewOperation
 
 WRITERS = 8
 TRIALS = 20
@@ -24,7 +24,6 @@ def _claim(ledger: SQLiteEffectLedger, number: int) -> None:
         attempt_budget=1,
         lease=Lease(f"token-{number}", current_owner(), 30.0),
     )
-    event = EventDraft(EventType.PREPARED, None, EffectStatus.PREPARED, 0)
     ledger.claim(operation)
 
 

@@ -17,13 +17,18 @@ from typing import Any
 import pytest
 from group_support import WAIT, WriterCrash, hold_writer, in_thread, queued
 
-from effectguard import EffectContract, EffectExecutor
-from effectguard.errors import FencedWriteError, LedgerLockedError
-from effectguard import LedgerUnavailableError
-from effectguard.ledger import Changes, EventDraft, Expect, Lease
-from effectguard import SQLiteEffectLedger
-from effectguard import EffectResult, EffectStatus, EventType
+from effectguard import (
+    EffectContract,
+    EffectExecutor,
+    EffectResult,
+    EffectStatus,
+    EventType,
+    LedgerUnavailableError,
+    SQLiteEffectLedger,
+)
 from effectguard._process import current_owner
+from effectguard.errors import FencedWriteError, LedgerLockedError
+from effectguard.ledger import Changes, EventDraft, Expect, Lease
 from effectguard.testkit import FakePaymentProvider
 
 CONTRACT = EffectContract(name="group.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")

@@ -18,10 +18,8 @@ from typing import Any
 
 import pytest
 
-from effectguard import EffectContract, EffectExecutor
-from effectguard import SQLiteEffectLedger
+from effectguard import EffectContract, EffectExecutor, EffectStatus, SQLiteEffectLedger
 from effectguard.ledger.sqlite import GroupCommit
-from effectguard import EffectStatus
 from effectguard.testkit import FakePaymentProvider
 
 CONTRACT = EffectContract(name="group.capture", operation_id=lambda a: f"cap:{a['invoice_id']}")
@@ -39,8 +37,17 @@ def ledger(tmp_path: Path) -> Iterator[SQLiteEffectLedger]:
     opened.close()
 
 
+@pytest.mark.parametrize(
+    ("function", "line", "write"),
+    [
+        # A guarded call's claim is a standalone write: it takes the role for itself.
+        pytest.param(GroupCommit.run, "if alone:", "call", id="standalone"),
+        # A write that joins a batch (anchor_head fills the anchor in) takes the role to lead.
+        pytest.param(GroupCommit._queued, "if pending.lead:", "batch", id="batch"),
+    ],
+)
 def test_an_interrupt_before_leading_passes_the_writer_role_on(
-    ledger: SQLiteEffectLedger, tmp_path: Path
+    ledger: SQLiteEffectLedger, tmp_path: Path, function: Any, line: str, write: str
 ) -> None:
     """Ctrl-C right after taking the role: the call fails, nothing is sent, the next call works."""
     provider = FakePaymentProvider(path=tmp_path / "provider.db")
@@ -49,8 +56,10 @@ def test_an_interrupt_before_leading_passes_the_writer_role_on(
     def capture(arguments: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]:
         return provider.capture(arguments["invoice_id"], 100, idempotency_key=idempotency_key)
 
-    code = GroupCommit.run.__code__
-    target = _line_of(GroupCommit.run, "if pending.lead:")
+    if write == "batch":
+        executor.execute(CONTRACT, {"invoice_id": "INV-0"}, capture)
+    code = function.__code__
+    target = _line_of(function, line)
     fired: list[int] = []
 
     def local(frame: FrameType, event: str, _arg: object) -> Any:
@@ -62,17 +71,23 @@ def test_an_interrupt_before_leading_passes_the_writer_role_on(
     def tracer(frame: FrameType, _event: str, _arg: object) -> Any:
         return local if frame.f_code is code else None
 
+    interrupted = (
+        ledger.anchor_head
+        if write == "batch"
+        else lambda: executor.execute(CONTRACT, {"invoice_id": "INV-1"}, capture)
+    )
     previous = sys.gettrace()
     sys.settrace(tracer)
     try:
         with pytest.raises(KeyboardInterrupt):
-            executor.execute(CONTRACT, {"invoice_id": "INV-1"}, capture)
+            interrupted()
     finally:
         sys.settrace(previous)
     assert fired == [target]
-    assert provider.committed() == 0
+    before = provider.committed()
+    assert before == (1 if write == "batch" else 0)
     # Nobody holds the writer's role now: without this, the call below would wait forever.
     assert ledger._group._leading is False
     result = executor.execute(CONTRACT, {"invoice_id": "INV-1"}, capture)
     assert result.status is EffectStatus.CONFIRMED
-    assert provider.committed() == 1
+    assert provider.committed() == before + 1

@@ -25,14 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from effectguard import EffectContract, EffectExecutor
-from effectguard.errors import FencedWriteError
+from effectguard import EffectContract, EffectExecutor, EffectStatus, EventType, SQLiteEffectLedger
 from effectguard._fingerprint import canonical_json
-from effectguard.ledger import _chain as chain
-from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
-from effectguard import SQLiteEffectLedger
-from effectguard import EffectStatus, EventType
 from effectguard._model import LeaseOwner, OperationRecord
+from effectguard.errors import FencedWriteError
+from effectguard.ledger import Changes, EventDraft, Expect, Lease, NewOperation
+from effectguard.ledger import _chain as chain
 from effectguard.testkit import FakePaymentProvider
 
 FIXTURE = Path(__file__).parent / "data" / "pre_issue15.db"

@@ -8,8 +8,7 @@ import stat
 
 import pytest
 
-from effectguard import SQLiteEffectLedger
-from effectguard import EffectStatus
+from effectguard import EffectStatus, SQLiteEffectLedger
 from effectguard.runtime import (
     ApprovalRequest,
     CheckpointConflictError,

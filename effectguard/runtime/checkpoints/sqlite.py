@@ -25,13 +25,14 @@ from effectguard.errors import CheckpointConflictError, CheckpointError, RunExis
 from effectguard.ledger.sqlite import (
     FileFormat,
     connect,
+    create_private_file,
     current,
+    enable_wal,
     inspect,
     migrate,
     refusal,
     write_transaction,
 )
-from effectguard.ledger.sqlite import create_private_file, enable_wal
 from effectguard.runtime.checkpoints.store import conflict_message, encode_record
 from effectguard.runtime.state import RunRecord, RunState
 

@@ -28,10 +28,10 @@ from typing import Any, Self
 from effectguard._executor import EffectExecutor
 from effectguard._executor._machine import seeded_jitter
 from effectguard.ledger import open_ledger
-from effectguard.testkit.clock import ManualClock, SharedClock
-from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit._crash import pipes
 from effectguard.testkit._crash.kinds import ContractKind, Service, Setup, build_setup
+from effectguard.testkit.clock import ManualClock, SharedClock
+from effectguard.testkit.faults import Fault, FaultPlan
 
 __all__ = ["ChildExit", "ChildRun", "ChildRunner", "run_child", "serve"]
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from effectguard._model import EffectStatus, EventType
-from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit._crash.child import ChildRun, run_child
 from effectguard.testkit._crash.kinds import ContractKind, Service, build_setup
+from effectguard.testkit.faults import Fault, FaultPlan
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario
 from effectguard.testkit.scenarios._report import ScenarioReport
 

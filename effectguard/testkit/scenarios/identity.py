@@ -6,8 +6,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from effectguard.errors import OperationConflictError
 from effectguard._model import EffectResult, EffectStatus
+from effectguard.errors import OperationConflictError
 from effectguard.testkit.fakes.base import Lookup
 from effectguard.testkit.faults import FaultPlan
 from effectguard.testkit.scenarios._base import ScenarioEnv, scenario

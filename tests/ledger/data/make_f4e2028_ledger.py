@@ -12,6 +12,7 @@ Today's code must open, migrate and verify it (tests/ledger/test_old_format.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -54,10 +55,8 @@ def main(folder: Path) -> None:
     capture("INV-1", 100)  # CONFIRMED
     capture("INV-2", 200)  # CONFIRMED, then pruned below
     for lost in ("LOST-1", "LOST-2", "LOST-3"):
-        try:
+        with contextlib.suppress(EffectOutcomeUnknown, EffectQuarantined):
             capture(lost, 300)  # QUARANTINED: no probe, no guaranteed key
-        except (EffectOutcomeUnknown, EffectQuarantined):
-            pass
     ledger.reject(
         "invoice:LOST-2:capture", actor="ops", reason="not charged", evidence_reference="T-1"
     )
