@@ -18,18 +18,24 @@ Installed with effectguard and loaded automatically (``pytest11`` entry point
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from effectguard._executor import EffectExecutor
-from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.testkit.clock import ManualClock
-from effectguard.testkit.fakes.base import FakeProvider
-from effectguard.testkit.fakes.mail import FakeEmailProvider
-from effectguard.testkit.fakes.payments import FakePaymentProvider
-from effectguard.testkit.faults import FaultPlan
+# Installed with the package, this plugin is loaded into every pytest run of everyone
+# who installed effectguard: it imports the executor, the ledger and the fakes only
+# when a test asks for one of its fixtures.
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+    from effectguard._executor._machine import EffectExecutor
+    from effectguard.ledger.sqlite import SQLiteEffectLedger
+    from effectguard.testkit.clock import ManualClock
+    from effectguard.testkit.fakes.base import FakeProvider
+    from effectguard.testkit.fakes.mail import FakeEmailProvider
+    from effectguard.testkit.fakes.payments import FakePaymentProvider
+    from effectguard.testkit.faults import FaultPlan
 
 __all__ = [
     "assert_committed_once",
@@ -48,12 +54,16 @@ _LATE_COMMIT_AFTER = 30.0
 @pytest.fixture
 def effect_clock() -> ManualClock:
     """A clock that moves only when the test calls ``advance``; the ledger and executor read it."""
+    from effectguard.testkit.clock import ManualClock  # noqa: PLC0415 - loaded on use
+
     return ManualClock()
 
 
 @pytest.fixture
 def effect_ledger(tmp_path: Path, effect_clock: ManualClock) -> Iterator[SQLiteEffectLedger]:
     """A fresh SQLite ledger in this test's ``tmp_path``."""
+    from effectguard.ledger.sqlite import SQLiteEffectLedger  # noqa: PLC0415 - loaded on use
+
     ledger = SQLiteEffectLedger(tmp_path / "effectguard-ledger.db", clock=effect_clock)
     yield ledger
     ledger.close()
@@ -62,18 +72,24 @@ def effect_ledger(tmp_path: Path, effect_clock: ManualClock) -> Iterator[SQLiteE
 @pytest.fixture
 def effect_executor(effect_ledger: SQLiteEffectLedger, effect_clock: ManualClock) -> EffectExecutor:
     """An executor recording into ``effect_ledger`` and reading ``effect_clock``."""
+    from effectguard._executor._machine import EffectExecutor  # noqa: PLC0415 - loaded on use
+
     return EffectExecutor(effect_ledger, clock=effect_clock)
 
 
 @pytest.fixture
 def fault_plan() -> FaultPlan:
     """The fault plan ``fake_payments`` and ``fake_email`` follow (empty: no faults)."""
+    from effectguard.testkit.faults import FaultPlan  # noqa: PLC0415 - loaded on use
+
     return FaultPlan()
 
 
 @pytest.fixture
 def fake_payments(fault_plan: FaultPlan) -> Iterator[FakePaymentProvider]:
     """A payment provider with guaranteed idempotency keys and a read-your-writes lookup."""
+    from effectguard.testkit.fakes.payments import FakePaymentProvider  # noqa: PLC0415 - loaded on use
+
     provider = FakePaymentProvider(faults=fault_plan, late_commit_after=_LATE_COMMIT_AFTER)
     yield provider
     provider.release_late()  # never leave a handler thread parked after the test
@@ -83,6 +99,8 @@ def fake_payments(fault_plan: FaultPlan) -> Iterator[FakePaymentProvider]:
 @pytest.fixture
 def fake_email(fault_plan: FaultPlan) -> Iterator[FakeEmailProvider]:
     """An email provider with no idempotency whose sent log is searchable by Message-ID."""
+    from effectguard.testkit.fakes.mail import FakeEmailProvider  # noqa: PLC0415 - loaded on use
+
     provider = FakeEmailProvider(faults=fault_plan, late_commit_after=_LATE_COMMIT_AFTER)
     yield provider
     provider.release_late()

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+
 pytest_plugins = ["pytester"]
 
 USER_TESTS = """
@@ -144,3 +149,29 @@ def test_plugin_fixtures_sit_beside_this_suites_own(ledger, effect_ledger, clock
     assert effect_ledger.path.name == "effectguard-ledger.db"
     effect_clock.advance(5)
     assert clock() != effect_clock()
+
+
+def test_loading_the_plugin_loads_no_executor_ledger_or_fakes():
+    """Every pytest run of everyone who installed effectguard loads the plugin: it stays cheap."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        import effectguard.testkit.pytest_plugin
+        print(json.dumps(sorted(sys.modules)))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(json.loads(done.stdout.splitlines()[-1]))
+    heavy = {
+        "effectguard._executor",
+        "effectguard._decorator",
+        "effectguard.ledger",
+        "effectguard.ledger.sqlite",
+        "effectguard.testkit.fakes",
+        "sqlite3",
+        "wrapt",
+    }
+    assert loaded.isdisjoint(heavy), sorted(loaded & heavy)
+    assert "effectguard.testkit.pytest_plugin" in loaded
