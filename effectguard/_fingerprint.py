@@ -28,6 +28,7 @@ __all__ = [
     "canonical_json",
     "check_json_value",
     "check_operation_id",
+    "checked_json",
     "compact_encoder",
     "has_utf8",
     "operation_id_problem",
@@ -227,6 +228,11 @@ def compact_encoder(*, sort_keys: bool, allow_nan: bool) -> Callable[[Any], str]
 
 
 _ENCODE = compact_encoder(sort_keys=True, allow_nan=False)
+
+
+#: :func:`canonical_json` without its check, for a value already checked or built here
+#: from checked parts: the same text, one walk of the value fewer.
+checked_json: Callable[[Any], str] = _ENCODE
 
 
 def canonical_json(value: Any) -> str:

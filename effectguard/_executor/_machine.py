@@ -25,6 +25,7 @@ import functools
 import hashlib
 import inspect
 import logging
+import os
 import random
 import secrets
 import threading
@@ -39,10 +40,10 @@ from effectguard._contract import EffectContract, UnknownOutcomePolicy, seconds_
 from effectguard._executor import _calls
 from effectguard._executor._calls import HandlerOutcome, Outcome
 from effectguard._executor._leases import KEEPER, TOKENS, abandoned, live_overlap
+from effectguard._executor._observe import SOURCES as OBSERVER_SOURCES
 from effectguard._executor._observe import (
     Observer,
     Transition,
-    context_observers,
     listening,
     log_transition,
     notify,
@@ -73,6 +74,7 @@ from effectguard._model import (
     EffectResult,
     EffectStatus,
     EventType,
+    LeaseOwner,
     OperationRecord,
     OutcomeProbeResult,
     OverlapHolder,
@@ -565,6 +567,10 @@ Machine = Generator[Step, Any, EffectResult[Any]]
 # -- the state machine ------------------------------------------------------------------
 
 
+#: This process's lease owner by pid, so a claim finds it without a call out of this module.
+_OWNERS: dict[int, LeaseOwner] = {}
+
+
 def _token() -> str:
     """A new lease token: random, and unique among the leases of every process."""
     return secrets.token_hex(8)
@@ -621,7 +627,11 @@ class StateMachine:
 
     def lease(self, call: Call, token: str) -> Lease:
         """A lease for ``token``, owned by this process, for the contract's lease length."""
-        return _new_lease(token, _process.current_owner(), call.contract.lease_seconds)
+        pid = os.getpid()
+        owner = _OWNERS.get(pid)
+        if owner is None:  # this process's first lease (a child after fork(): its own)
+            owner = _OWNERS[pid] = _process.current_owner()
+        return _new_lease(token, owner, call.contract.lease_seconds)
 
     def notify(self, call: Call, events: Sequence[EventDraft], record: OperationRecord) -> None:
         """Tell the call's observers of ``events``, which ``record`` now holds durably."""
@@ -1960,16 +1970,10 @@ class EffectExecutor:
             record, commits = states.get_checked(call.operation_id, now=states.now())
         else:
             record = ledger.get(call.operation_id, now=states.now())
+        unheard = _unheard(call.observers)
         if record is not None:
             if record.fingerprint == call.fingerprint and record.status.terminal:
-                try:
-                    result = states.result(call, record, replayed=True, commits=commits)
-                except OutputNotStored as exc:
-                    report(call, exc.result)
-                    raise
-                states.replays.remember(record)
-                report(call, result)
-                return result
+                return self._replayed(call, record, commits, unheard=unheard)
             return self._drive(call, states.reported(call, states.drive(call, record)))
         token = _token()
         TOKENS.hold(token)
@@ -1978,7 +1982,8 @@ class EffectExecutor:
         except BaseException:
             TOKENS.release(token)
             raise
-        states.claimed(call, token, record, created)
+        if not (created and unheard):
+            states.claimed(call, token, record, created)
         if not created:
             return self._drive(call, states.reported(call, states.drive(call, record)))
         renewal = KEEPER.start(
@@ -1989,12 +1994,27 @@ class EffectExecutor:
             if outcome.kind is Outcome.RETURNED:
                 stored = store(call.contract, outcome.value)
                 if isinstance(stored, Stored):
-                    return self._confirmed(call, record, token, outcome, stored)
+                    return self._confirmed(call, record, token, outcome, stored, unheard=unheard)
             machine = states.working(call, record, token, dispatch=True, outcome=outcome)
             return self._drive(call, states.reported(call, machine))
         finally:
             KEEPER.stop(renewal)
             TOKENS.release(token)
+
+    def _replayed(
+        self, call: Call, record: OperationRecord, commits: str | None, *, unheard: bool
+    ) -> EffectResult[Any]:
+        """The replay of a terminal ``record``, checked against what its confirmation committed."""
+        states = self._states
+        try:
+            result = states.result(call, record, replayed=True, commits=commits)
+        except OutputNotStored as exc:
+            report(call, exc.result)
+            raise
+        states.replays.remember(record)
+        if not unheard:
+            report(call, result)
+        return result
 
     def _confirmed(
         self,
@@ -2003,8 +2023,13 @@ class EffectExecutor:
         token: str,
         outcome: HandlerOutcome,
         stored: Stored,
+        *,
+        unheard: bool,
     ) -> EffectResult[Any]:
-        """Write the confirmation of a handler that returned; what a lost fence becomes."""
+        """Write the confirmation of a handler that returned; what a lost fence becomes.
+
+        ``unheard``: nobody hears of it (see :func:`_unheard`), so no notice is built.
+        """
         states = self._states
         expect, changes, event = confirmation(1, token, outcome, stored)
         if call.secrets or stored.not_stored is not None:
@@ -2016,13 +2041,15 @@ class EffectExecutor:
         except FencedWriteError:
             machine = states.settle_fenced(call, record, token, outcome)
             return self._drive(call, states.reported(call, machine))
-        states.notify(call, (event,), confirmed)
+        if not unheard:
+            states.notify(call, (event,), confirmed)
         try:
             result = states.result(call, confirmed, replayed=False, live=outcome.value)
         except OutputNotStored as exc:
             report(call, exc.result)
             raise
-        report(call, result)
+        if not unheard:
+            report(call, result)
         return result
 
     def _drive(self, call: Call, machine: Machine) -> EffectResult[Any]:
@@ -2123,7 +2150,9 @@ class EffectExecutor:
             except (TypeError, ValueError):  # a name or key with no UTF-8 form: say which
                 fingerprint = request_fingerprint(contract.name, contract.version, arguments, key)
         # Taken now: a late handler reports, from its own thread, to the observers of its call.
-        observers = (log_transition, *self._observers, *context_observers())
+        # What context_observers() gives, read without a call into _observe.
+        everywhere, here = OBSERVER_SOURCES.everywhere, OBSERVER_SOURCES.context.get()
+        observers = (log_transition, *self._observers, *everywhere, *here)
         replays = self._states.replays
         if replays.size:
             replayed = replays.replay_result(contract, operation_id, fingerprint, observers)
@@ -2146,6 +2175,21 @@ class EffectExecutor:
             fingerprinted=not redact,
             on_loop=on_loop,
         )
+
+
+def _unheard(observers: tuple[Observer, ...]) -> bool:
+    """Whether nobody hears what the straight path reports (nothing above INFO).
+
+    The claim is logged at DEBUG, the confirmation at INFO, the result at
+    DEBUG fresh and INFO replayed. True when the log is the call's only
+    observer and logs nothing at INFO, so no notice need be built: observers
+    and logging cost nothing when nobody listens.
+    """
+    return (
+        len(observers) == 1
+        and observers[0] is log_transition
+        and not _late_log.isEnabledFor(logging.INFO)
+    )
 
 
 def _watching(observers: tuple[Observer, ...]) -> bool:

@@ -23,6 +23,7 @@ from effectguard._fingerprint import redact_arguments
 from effectguard._model import EffectResult, EffectStatus, EventType
 
 __all__ = [
+    "SOURCES",
     "CallStart",
     "CallWatcher",
     "Observer",
@@ -142,13 +143,27 @@ class CallWatcher(Protocol):
 Observer = Callable[[Transition], None]
 
 
-_context: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar(
-    "effectguard_observers", default=()
-)
+class _Sources:
+    """Where a call's observers come from besides its executor.
+
+    Read as attributes, so the executor collects them without a call into
+    this module.
+    """
+
+    __slots__ = ("context", "everywhere")
+
+    def __init__(self) -> None:
+        #: This context's observers (:func:`observing`), outermost first.
+        self.context: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar(
+            "effectguard_observers", default=()
+        )
+        #: Observers of every call in the process (:func:`observe_everywhere`), oldest first.
+        self.everywhere: tuple[Observer, ...] = ()
 
 
-#: Observers of every call in the process (:func:`observe_everywhere`), oldest first.
-_everywhere: tuple[Observer, ...] = ()
+#: The observers of a call started now: ``everywhere`` (outermost), then ``context``.
+SOURCES = _Sources()
+_context = SOURCES.context
 
 
 _everywhere_lock = threading.Lock()
@@ -188,24 +203,25 @@ def observe_everywhere(observer: Observer) -> Callable[[], None]:
     from now on. Returns a function that withdraws ``observer`` again
     (calling it twice does nothing more).
     """
-    global _everywhere  # noqa: PLW0603 - process-wide by definition
     if not callable(observer):
         msg = f"observe_everywhere() needs a callable, not {type(observer).__name__}"
         raise TypeError(msg)
     with _everywhere_lock:
-        _everywhere = (*_everywhere, observer)
+        SOURCES.everywhere = (*SOURCES.everywhere, observer)
 
     def withdraw() -> None:
-        global _everywhere  # noqa: PLW0603 - process-wide by definition
         with _everywhere_lock:
-            _everywhere = tuple(known for known in _everywhere if known is not observer)
+            SOURCES.everywhere = tuple(
+                known for known in SOURCES.everywhere if known is not observer
+            )
 
     return withdraw
 
 
 def context_observers() -> tuple[Observer, ...]:
     """The observers of a call started now: the process's (outermost), then this context's."""
-    return (*_everywhere, *_context.get()) if _everywhere else _context.get()
+    everywhere = SOURCES.everywhere
+    return (*everywhere, *_context.get()) if everywhere else _context.get()
 
 
 class _Watching:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from effectguard._codec import TAGGED, Unstorable, holds_no_tag
 from effectguard._contract import EffectContract
 from effectguard._executor._observe import Observer, Transition, listening, notify
-from effectguard._fingerprint import canonical_json, check_json_value, read_json
+from effectguard._fingerprint import canonical_json, check_json_value, checked_json, read_json
 from effectguard._model import EffectResult, EffectStatus, OperationRecord, frozen_builder
 from effectguard.errors import ConfigurationError, LedgerIntegrityError
 from effectguard.ledger import _chain as committed
@@ -104,7 +104,7 @@ def store(contract: EffectContract, output: Any) -> Stored | str:
         codec = TAGGED if contract.codec is None else contract.codec
         encoded = codec.encode(output)
         check_json_value(encoded)  # a caller's value: the tighter nesting limit
-        text = canonical_json(encoded)
+        text = checked_json(encoded)  # checked just above
     except Exception as exc:  # noqa: BLE001 - any encoding failure makes it unstorable
         path, kind = _where(exc, output)
         reason = f"{exc}" if isinstance(exc, Unstorable) else f"{path} cannot be stored: {exc}"

@@ -37,11 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar
 
-from effectguard._fingerprint import canonical_json, check_operation_id
+from effectguard._fingerprint import canonical_json, check_operation_id, checked_json
 from effectguard._model import (
     EffectEvent,
     EffectStatus,
     EventType,
+    LeaseOwner,
     OperationRecord,
     VerifyProblem,
     VerifyReport,
@@ -1745,7 +1746,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
         """
         lease = operation.lease
         token = lease.token
-        owner = owner_text(lease.owner)
+        owner = _owner_text(lease.owner)
         arguments = operation.arguments_json
         if arguments is None:
             arguments = canonical_json(dict(operation.arguments))
@@ -2140,6 +2141,26 @@ def _general_transition(
     return rows.record(updated, now_us)
 
 
+#: The stored text of each lease owner this process has written (a process has one or two).
+_OWNER_TEXTS: dict[LeaseOwner, str] = {}
+
+
+def _owner_text(owner: LeaseOwner | None) -> str | None:
+    """``owner_text(owner)``, remembered: the same owner is written on every claim."""
+    if owner is None:
+        return None
+    text = _OWNER_TEXTS.get(owner)
+    if text is None:
+        made = owner_text(owner)
+        if made is None or len(_OWNER_TEXTS) >= _OWNER_TEXTS_KEPT:
+            return made
+        text = _OWNER_TEXTS[owner] = made
+    return text
+
+
+_OWNER_TEXTS_KEPT = 64
+
+
 class _LoneWrite:
     """A one-event transition written from the record the writer holds: the statement's values.
 
@@ -2158,13 +2179,13 @@ class _LoneWrite:
         keep_expiry = lease is UNSET
         if lease is UNSET:
             # The expiry the writer knows: a renewal since moved it, so the row is read instead.
-            token, owner = known.lease_token, owner_text(known.lease_owner)
+            token, owner = known.lease_token, _owner_text(known.lease_owner)
             kept = known.lease_expires_at
             expires = None if kept is None else to_micros(kept)
         elif lease is None:
             token = owner = expires = None
         else:
-            token, owner = lease.token, owner_text(lease.owner)
+            token, owner = lease.token, _owner_text(lease.owner)
             expires = now_us + round(lease.seconds * _MICROS)
         self._expires = expires
         attempts = known.attempts if changes.attempts is UNSET else changes.attempts
@@ -2181,8 +2202,22 @@ class _LoneWrite:
         evidence_text = canonical_json(dict(evidence)) if evidence else None
         overlap = known.overlap if changes.overlap is UNSET else changes.overlap
         self._overlap = overlap
-        commits = chain.commits_of(rows.changed_columns(changes, now_us))
-        commits_text = canonical_json(commits) if commits else None
+        # What chain.commits_of takes of the columns ``changes`` sets, built from the values
+        # above rather than from a second dump of every column (a test holds them equal).
+        commits: dict[str, Any] = {}
+        if changes.attempts is not UNSET:
+            commits["attempts"] = attempts
+        if changes.attempt_budget is not UNSET:
+            commits["attempt_budget"] = budget
+        if changes.provider_operation_id is not UNSET:
+            commits["provider_operation_id"] = provider_id
+        if changes.output_json is not UNSET:
+            commits["output"] = chain.digest(output)
+        if not keep_expiry:
+            commits["lease"] = chain.lease_commitment(token, owner)
+        if commits:
+            commits["v"] = chain.COMMITS_V2
+        commits_text = checked_json(commits) if commits else None
         if event.evidence is evidence:
             event_evidence = evidence_text
         else:
@@ -2217,7 +2252,7 @@ class _LoneWrite:
             owner,
             expires,
             keep_expiry,
-            overlap_text(overlap),
+            overlap_text(overlap) if overlap else None,
             now_us,
             count,
             head,
