@@ -40,6 +40,8 @@ def mypy_output() -> tuple[dict[int, str], dict[int, list[str]]]:
         match = _OUTPUT.match(line)
         assert match, f"unexpected mypy output: {line}"
         if Path(match["path"]).name != SAMPLE.name:
+            if match["kind"] == "note":
+                continue  # context for an error in the sample (older mypy points at the definition)
             pytest.fail(f"mypy reports a problem outside the sample: {line}")
         number = int(match["line"])
         if match["kind"] == "note":
