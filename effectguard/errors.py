@@ -24,6 +24,7 @@
         ├── FencedWriteError                     the writer's lease token is no longer current
         ├── OperationNotFoundError (LookupError) no operation with that id
         └── IllegalTransitionError               an operator action that makes no sense now
+            └── OperationChangedError            it changed since the operator looked: reload
     └── RuntimeStateError                        an agent run cannot do what was asked
         ├── RunNotFoundError (LookupError)       no checkpoint for that run id
         ├── RunExistsError                       start() named a run that already exists
@@ -76,6 +77,7 @@ __all__ = [
     "LedgerNotFoundError",
     "LedgerSchemaError",
     "LedgerUnavailableError",
+    "OperationChangedError",
     "OperationConflictError",
     "OperationNotFoundError",
     "OutputNotStored",
@@ -356,6 +358,20 @@ class OperationNotFoundError(LedgerError, LookupError):
 
 class IllegalTransitionError(LedgerError):
     """An operator action that makes no sense from the operation's current state."""
+
+
+class OperationChangedError(IllegalTransitionError):
+    """An operator's decision was refused: the operation is no longer the state it was decided on.
+
+    Raised when the event count or chain head the operator saw (``show``
+    prints both; the console's forms carry them) is not the operation's now,
+    or when another write landed between the resolution's own read and its
+    write. Nothing was written: reload the operation, look again, decide again.
+    """
+
+    def __init__(self, operation_id: str, message: str) -> None:
+        self.operation_id = operation_id
+        super().__init__(message)
 
 
 # -- the agent runtime ---------------------------------------------------------------

@@ -31,6 +31,7 @@ __all__ = [
     "OpsGroup",
     "OpsUsageError",
     "audit_options",
+    "expect_options",
     "json_option",
     "non_empty",
     "parse_json",
@@ -209,6 +210,37 @@ def audit_options(command: F) -> F:
             command
         )
     return command
+
+
+def _event_count(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:  # noqa: ARG001 - Click's callback signature
+    """Option callback: a whole number of events of at least 1 (read as text: no overflow)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text.isdigit() or len(text) > _MAX_COUNT_DIGITS or int(text) < 1:
+        msg = (
+            f"{value[:40]!r} is not an event count (a whole number, at least 1, as show prints it)"
+        )
+        raise click.BadParameter(msg)
+    return int(text)
+
+
+_MAX_COUNT_DIGITS = 18  # below 2**63: any count a ledger can hold
+
+
+def expect_options(command: F) -> F:
+    """Add ``--expect-events`` and ``--expect-head``: the state the decision is made on."""
+    command = click.option(
+        "--expect-head",
+        metavar="HEAD",
+        help="Refuse unless the operation's chain head still starts with HEAD (show prints it).",
+    )(command)
+    return click.option(
+        "--expect-events",
+        metavar="N",
+        callback=_event_count,
+        help="Refuse unless the operation still has exactly N events (show prints N).",
+    )(command)
 
 
 def json_option(command: F) -> F:

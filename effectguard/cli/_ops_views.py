@@ -215,6 +215,7 @@ def operation_detail(record: OperationRecord, now: datetime) -> str:
         ("evidence", _compact(dict(record.evidence)) if record.evidence else "-"),
         ("fingerprint", record.fingerprint),
         ("events", str(record.event_count)),
+        ("chain head", record.event_head.hex()),
     ]
     width = max(len(label) for label, _ in fields)
     lines = []
@@ -222,6 +223,11 @@ def operation_detail(record: OperationRecord, now: datetime) -> str:
         values = [value] if isinstance(value, str) else value
         for index, text in enumerate(values):
             lines.append(f"{(label if index == 0 else '').ljust(width)}  {_clean(text)}")
+    if not record.status.terminal:
+        lines.append(
+            f"{'decide on'.ljust(width)}  --expect-events {record.event_count} "
+            f"--expect-head {record.event_head.hex()[:16]}  (refused if it changes before then)"
+        )
     return "\n".join(lines)
 
 

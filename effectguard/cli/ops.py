@@ -28,6 +28,7 @@ from effectguard.cli._ops_click import (
     OpsGroup,
     OpsUsageError,
     audit_options,
+    expect_options,
     json_option,
     non_empty,
     parse_json,
@@ -178,8 +179,12 @@ def _resolve(
     operation_id: str, action: str, tools: str | None, dry_run: bool, **fields: Any
 ) -> None:
     """Run one resolution through the library's checks; print what it recorded or would."""
+    from effectguard.ledger import Seen  # noqa: PLC0415 - loaded only by a resolution
     from effectguard.operator._resolve import resolve  # noqa: PLC0415 - loaded only by a resolution
 
+    events, head = fields.pop("expect_events"), fields.pop("expect_head")
+    with refusals():
+        expected = None if events is None and head is None else Seen(events, head)
     index = load_tools(tools)
     ledger = open_ledger(write=not dry_run)
     with refusals():
@@ -189,6 +194,7 @@ def _resolve(
             action,  # type: ignore[arg-type]
             tools=index,
             dry_run=dry_run,
+            expected=expected,
             **fields,
         )
     for warning in done.warnings:
@@ -235,6 +241,7 @@ def _dry_run_option(command: F) -> F:
     help="The provider's own id for the effect (a charge id, a message id).",
 )
 @audit_options
+@expect_options
 @tools_option
 @_dry_run_option
 def confirm(operation_id: str, tools: str | None, dry_run: bool, **fields: Any) -> None:
@@ -249,6 +256,7 @@ def confirm(operation_id: str, tools: str | None, dry_run: bool, **fields: Any) 
 @main.command(short_help="Record that OP did not and will not take effect.")
 @click.argument("operation_id", metavar="OP")
 @audit_options
+@expect_options
 @_dry_run_option
 def reject(operation_id: str, dry_run: bool, **fields: Any) -> None:
     """Record that operation OP did not take effect and never will; it is never sent again."""
@@ -258,6 +266,7 @@ def reject(operation_id: str, dry_run: bool, **fields: Any) -> None:
 @main.command("authorize-retry", short_help="Allow OP one more dispatch, same provider key.")
 @click.argument("operation_id", metavar="OP")
 @audit_options
+@expect_options
 @_dry_run_option
 def authorize_retry(operation_id: str, dry_run: bool, **fields: Any) -> None:
     """Allow operation OP exactly one more dispatch, with the same provider key.

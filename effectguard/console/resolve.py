@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from effectguard import operator as operator_actions
 from effectguard.errors import EffectGuardError
+from effectguard.ledger import Seen
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -42,6 +43,9 @@ class Resolution:
     evidence_reference: str
     output: Any = None
     provider_operation_id: str | None = None
+    #: The state the decision was made on: the event count and chain head the page showed.
+    expect_events: int | None = None
+    expect_head: str | None = None
 
 
 def parse_resolution(form: Mapping[str, str]) -> Resolution:
@@ -66,6 +70,12 @@ def parse_resolution(form: Mapping[str, str]) -> Resolution:
     output = None
     if action == "confirm":
         output = _json(fields["output_json"])
+    events, head = form.get("expect_events", "").strip(), form.get("expect_head", "").strip()
+    if not events.isdigit() or len(events) > _MAX_COUNT_DIGITS or not head:
+        msg = (
+            "the form does not say which state of the operation it was decided on: reload the page"
+        )
+        raise ValueError(msg)
     return Resolution(
         action=action,
         operation_id=fields["operation_id"],
@@ -73,7 +83,12 @@ def parse_resolution(form: Mapping[str, str]) -> Resolution:
         evidence_reference=fields["evidence_reference"],
         output=output,
         provider_operation_id=fields.get("provider_operation_id"),
+        expect_events=int(events),
+        expect_head=head,
     )
+
+
+_MAX_COUNT_DIGITS = 18
 
 
 def _json(text: str) -> Any:
@@ -117,6 +132,7 @@ def resolve(
             provider_operation_id=resolution.provider_operation_id,
             tools=tools,
             dry_run=dry_run,
+            expected=Seen(resolution.expect_events, resolution.expect_head),
         )
     except EffectGuardError as exc:
         raise ResolutionRefused(str(exc)) from exc

@@ -35,6 +35,7 @@ from effectguard.ledger._protocol import (
     Lease,
     NewOperation,
     Prunable,
+    Seen,
 )
 from effectguard.ledger._retention import PruneReport, Tombstone
 
@@ -54,6 +55,7 @@ __all__ = [
     "OverlapHolder",
     "Prunable",
     "PruneReport",
+    "Seen",
     "Tombstone",
     "VerifyProblem",
     "VerifyReport",

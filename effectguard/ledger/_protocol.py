@@ -10,6 +10,7 @@ the per-call primitives; :func:`async_ledger` says whether it does.
 from __future__ import annotations
 
 import enum
+import re
 import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from effectguard.ledger._retention import PruneReport, Tombstone
 
 __all__ = [
+    "MIN_HEAD_PREFIX",
     "UNSET",
     "AsyncLedger",
     "Changes",
@@ -42,6 +44,7 @@ __all__ = [
     "Lease",
     "NewOperation",
     "Prunable",
+    "Seen",
     "Unset",
     "Versioned",
     "announce_pruned",
@@ -246,18 +249,37 @@ class EffectLedger(Protocol):
         actor: str,
         reason: str,
         evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
-        """Record an operator's finding that the effect happened, with ``output`` to replay."""
+        """Record an operator's finding that the effect happened, with ``output`` to replay.
+
+        ``expected`` (in every resolution) is the state the decision was made
+        on; the resolution is refused with
+        :class:`~effectguard.errors.OperationChangedError` when the operation
+        is no longer that state, or changes before the write lands.
+        """
         ...
 
     def reject(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+        self,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """Record an operator's finding that the effect did not and will not happen."""
         ...
 
     def authorize_retry(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+        self,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """Allow exactly one more dispatch, with the same provider key, on the next execute."""
         ...
@@ -347,6 +369,63 @@ class Versioned(Protocol):
     def event_count(self) -> int:
         """How many events it has."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """The state an operator decided on: the operation's event count, its chain head, or both.
+
+    ``agent-effect-ops show`` prints both; the console's forms carry both. A
+    head may be given as a prefix of at least :data:`MIN_HEAD_PREFIX` hex
+    digits of the one ``show`` prints.
+    """
+
+    event_count: int | None = None
+    event_head: str | None = None
+
+    def __post_init__(self) -> None:
+        count = self.event_count
+        if count is not None and (
+            isinstance(count, bool) or not isinstance(count, int) or count < 1
+        ):
+            msg = f"the expected event count must be a whole number of at least 1, not {count!r}"
+            raise InvalidRequestError(msg)
+        head = self.event_head
+        if head is not None and (
+            not isinstance(head, str)
+            or len(head) < MIN_HEAD_PREFIX
+            or len(head) > _HEAD_HEX
+            or not _HEX.fullmatch(head)
+        ):
+            shown = (
+                repr(head)
+                if not isinstance(head, str) or len(head) <= _HEAD_HEX
+                else (f"{head[:MIN_HEAD_PREFIX]!r}... ({len(head)} characters)")
+            )
+            msg = (
+                f"the expected chain head must be {MIN_HEAD_PREFIX} to {_HEAD_HEX} hex digits "
+                f"(as show prints it), not {shown}"
+            )
+            raise InvalidRequestError(msg)
+
+    def matches(self, record: OperationRecord) -> bool:
+        """Whether ``record`` is still the state this describes."""
+        if self.event_count is not None and record.event_count != self.event_count:
+            return False
+        return self.event_head is None or record.event_head.hex().startswith(
+            self.event_head.lower()
+        )
+
+    @classmethod
+    def of(cls, record: OperationRecord) -> Seen:
+        """What an operator looking at ``record`` saw."""
+        return cls(record.event_count, record.event_head.hex())
+
+
+#: The shortest chain-head prefix an expectation may give (64 bits).
+MIN_HEAD_PREFIX = 16
+_HEAD_HEX = 64
+_HEX = re.compile(r"[0-9a-fA-F]+")
 
 
 def claims_first(ledger: object) -> bool:

@@ -25,15 +25,26 @@ from effectguard.errors import (
     FencedWriteError,
     IllegalTransitionError,
     InvalidRequestError,
+    OperationChangedError,
     OperationNotFoundError,
 )
-from effectguard.ledger._protocol import UNSET, Changes, EventDraft, Expect, to_confirmed
+from effectguard.ledger._protocol import (
+    MIN_HEAD_PREFIX,
+    UNSET,
+    Changes,
+    EventDraft,
+    Expect,
+    Seen,
+    to_confirmed,
+)
 
 __all__ = [
     "MAX_ASSIGNMENTS",
     "OperatorResolution",
     "authorize_retry",
+    "changed",
     "confirm",
+    "described",
     "hide_redacted",
     "os_user",
     "previewed",
@@ -158,9 +169,6 @@ _RESOLVABLE = frozenset(
 _RETRYABLE = _RESOLVABLE - {EffectStatus.PREPARED}
 
 
-_ATTEMPTS = 5
-
-
 class _Primitives(Protocol):
     def get(self, operation_id: str, *, now: float | None = None) -> OperationRecord | None: ...
 
@@ -269,6 +277,32 @@ def _check(
     return record
 
 
+def changed(operation_id: str, seen: str, now: OperationRecord | None) -> OperationChangedError:
+    """The refusal of a decision made on ``seen`` when the operation is now ``now``."""
+    if now is None:
+        found = "it is no longer in the ledger"
+    else:
+        found = (
+            f"it is now {now.status.value} with {now.event_count} events "
+            f"(head {now.event_head.hex()[:MIN_HEAD_PREFIX]})"
+        )
+    msg = (
+        f"operation {operation_id!r} changed since you looked: reload. "
+        f"The decision was made on {seen}; {found}. Nothing was written"
+    )
+    return OperationChangedError(operation_id, msg)
+
+
+def described(seen: Seen) -> str:
+    """``seen`` as a refusal names it: its event count and the start of its head."""
+    parts = []
+    if seen.event_count is not None:
+        parts.append(f"{seen.event_count} events")
+    if seen.event_head is not None:
+        parts.append(f"head {seen.event_head[:MIN_HEAD_PREFIX]}")
+    return " and ".join(parts)
+
+
 def _resolve(
     ledger: _Primitives,
     operation_id: str,
@@ -277,25 +311,35 @@ def _resolve(
     allowed: frozenset[EffectStatus],
     build: _Build,
     dry_run: bool = False,
+    expected: Seen | None = None,
 ) -> OperationRecord:
-    for _ in range(_ATTEMPTS):
-        record = _check(ledger.get(operation_id), operation_id, action, allowed)
-        changes, event = build(record)
-        if dry_run:
-            return previewed(record, changes)
-        expect = Expect(
-            statuses=frozenset({record.status}),
-            # The dead owner's token pins the row instead: nobody else took its lease meanwhile.
-            lease_token=record.lease_token if record.lease_live else UNSET,
-            lease_expired=not record.lease_live,
-            event_count=record.event_count,
-        )
-        try:
-            return ledger.transition(operation_id, expect, changes, [event])
-        except FencedWriteError:
-            continue  # changed under us: read again and re-check the rules
-    msg = f"cannot {action} operation {operation_id!r}: it keeps changing; try again"
-    raise IllegalTransitionError(msg)
+    """Apply ``build``'s write to the state the operator saw, or refuse it; never to another.
+
+    With ``expected``, the operation must still be that state. Without, the
+    state this read finds is the one decided on. Either way the write is
+    fenced on that state's event count: a write that loses a race to another
+    is refused (:class:`OperationChangedError`), never retried on what the
+    other left.
+    """
+    found = ledger.get(operation_id)
+    if expected is not None and found is not None and not expected.matches(found):
+        raise changed(operation_id, described(expected), found)
+    record = _check(found, operation_id, action, allowed)
+    changes, event = build(record)
+    if dry_run:
+        return previewed(record, changes)
+    expect = Expect(
+        statuses=frozenset({record.status}),
+        # The dead owner's token pins the row instead: nobody else took its lease meanwhile.
+        lease_token=record.lease_token if record.lease_live else UNSET,
+        lease_expired=not record.lease_live,
+        event_count=record.event_count,
+    )
+    try:
+        return ledger.transition(operation_id, expect, changes, [event])
+    except FencedWriteError as exc:
+        seen = described(expected or Seen(record.event_count, record.event_head.hex()))
+        raise changed(operation_id, seen, ledger.get(operation_id)) from exc
 
 
 def confirm(
@@ -308,6 +352,7 @@ def confirm(
     reason: str,
     evidence_reference: str,
     dry_run: bool = False,
+    expected: Seen | None = None,
 ) -> OperationRecord:
     """Mark the operation CONFIRMED with ``output``, which every later call replays.
 
@@ -356,6 +401,7 @@ def confirm(
         allowed=_RESOLVABLE,
         build=build,
         dry_run=dry_run,
+        expected=expected,
     )
 
 
@@ -367,6 +413,7 @@ def reject(
     reason: str,
     evidence_reference: str,
     dry_run: bool = False,
+    expected: Seen | None = None,
 ) -> OperationRecord:
     """Mark the operation REJECTED: the effect did not happen and will not be attempted again."""
     audit = _audit(actor, reason, evidence_reference)
@@ -392,7 +439,13 @@ def reject(
         return changes, event
 
     return _resolve(
-        ledger, operation_id, action="reject", allowed=_RESOLVABLE, build=build, dry_run=dry_run
+        ledger,
+        operation_id,
+        action="reject",
+        allowed=_RESOLVABLE,
+        build=build,
+        dry_run=dry_run,
+        expected=expected,
     )
 
 
@@ -404,6 +457,7 @@ def authorize_retry(
     reason: str,
     evidence_reference: str,
     dry_run: bool = False,
+    expected: Seen | None = None,
 ) -> OperationRecord:
     """Move the operation to PREPARED with a budget of exactly one more attempt.
 
@@ -439,6 +493,7 @@ def authorize_retry(
         allowed=_RETRYABLE,
         build=build,
         dry_run=dry_run,
+        expected=expected,
     )
 
 
@@ -446,6 +501,9 @@ class OperatorResolution:
     """Gives a ledger backend the audited operator writes, over its own ``get`` and ``transition``.
 
     Backends inherit it, so the rules above are written once for every backend.
+    ``expected`` is the state the decision was made on (:class:`Seen`); a
+    resolution whose operation has moved on, or that loses a race to another
+    write, is refused with :class:`~effectguard.errors.OperationChangedError`.
     """
 
     def confirm(
@@ -457,6 +515,7 @@ class OperatorResolution:
         actor: str,
         reason: str,
         evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """See :func:`effectguard.ledger.resolution.confirm`."""
         return confirm(
@@ -467,20 +526,43 @@ class OperatorResolution:
             actor=actor,
             reason=reason,
             evidence_reference=evidence_reference,
+            expected=expected,
         )
 
     def reject(
-        self: _Primitives, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+        self: _Primitives,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """See :func:`effectguard.ledger.resolution.reject`."""
         return reject(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+            self,
+            operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expected=expected,
         )
 
     def authorize_retry(
-        self: _Primitives, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+        self: _Primitives,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """See :func:`effectguard.ledger.resolution.authorize_retry`."""
         return authorize_retry(
-            self, operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+            self,
+            operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expected=expected,
         )

@@ -17,6 +17,7 @@ from effectguard._codec import TAGGED
 from effectguard._contract import OutputCodec
 from effectguard.errors import InvalidRequestError, OperationNotFoundError
 from effectguard.ledger import _resolution as resolution
+from effectguard.ledger._protocol import Seen
 
 if TYPE_CHECKING:
     from effectguard._decorator import ToolIndex
@@ -207,11 +208,16 @@ def resolve(
     provider_operation_id: str | None = None,
     tools: ToolIndex | None = None,
     dry_run: bool = False,
+    expected: Seen | None = None,
 ) -> Resolution:
     """Confirm, reject or authorize a retry of ``operation_id``, checked first (see the module).
 
-    Raises what the ledger's resolution raises (an unknown operation, a state
-    the action makes no sense in, a live lease), and
+    ``expected`` is the state the operator decided on (the event count and
+    chain head ``show`` prints); the resolution lands on exactly that state or
+    not at all. Raises what the ledger's resolution raises (an unknown
+    operation, a state the action makes no sense in, a live lease,
+    :class:`~effectguard.errors.OperationChangedError` when the operation
+    moved on or another write won the race), and
     :class:`~effectguard.errors.InvalidRequestError` for a mismatched output;
     nothing is written in any of those cases, nor in a dry run.
     """
@@ -221,6 +227,10 @@ def resolve(
     before = ledger.get(operation_id)
     if before is None:
         raise OperationNotFoundError(operation_id)
+    if expected is not None and not expected.matches(before):
+        raise resolution.changed(operation_id, resolution.described(expected), before)
+    # The state read here is the one decided on, whatever the operator gave.
+    seen = Seen.of(before)
     warnings: tuple[str, ...] = ()
     audit = {"actor": actor, "reason": reason, "evidence_reference": evidence_reference}
     if action == "confirm":
@@ -234,10 +244,13 @@ def resolve(
             output=output,
             provider_operation_id=provider_operation_id,
             dry_run=dry_run,
+            expected=seen,
             **audit,
         )
     elif action == "reject":
-        after = resolution.reject(ledger, operation_id, dry_run=dry_run, **audit)
+        after = resolution.reject(ledger, operation_id, dry_run=dry_run, expected=seen, **audit)
     else:
-        after = resolution.authorize_retry(ledger, operation_id, dry_run=dry_run, **audit)
+        after = resolution.authorize_retry(
+            ledger, operation_id, dry_run=dry_run, expected=seen, **audit
+        )
     return Resolution(action, before, after, written=not dry_run, warnings=warnings)

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         EventDraft,
         Expect,
         NewOperation,
+        Seen,
     )
 
 __all__ = ["DelegatingLedger"]
@@ -108,6 +109,7 @@ class DelegatingLedger:
         actor: str,
         reason: str,
         evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """See :meth:`EffectLedger.confirm`."""
         return self.inner.confirm(
@@ -117,22 +119,43 @@ class DelegatingLedger:
             actor=actor,
             reason=reason,
             evidence_reference=evidence_reference,
+            expected=expected,
         )
 
     def reject(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+        self,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """See :meth:`EffectLedger.reject`."""
         return self.inner.reject(
-            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+            operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expected=expected,
         )
 
     def authorize_retry(
-        self, operation_id: str, *, actor: str, reason: str, evidence_reference: str
+        self,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expected: Seen | None = None,
     ) -> OperationRecord:
         """See :meth:`EffectLedger.authorize_retry`."""
         return self.inner.authorize_retry(
-            operation_id, actor=actor, reason=reason, evidence_reference=evidence_reference
+            operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expected=expected,
         )
 
     def close(self) -> None:

@@ -21,6 +21,7 @@ from console_support import (  # noqa: E402 - imported once the extra is known t
     RUN_ID,
     RUN_OPERATION,
     TOKEN,
+    capture_contract,
     operation_id,
     quarantine,
     quarantined_with_probe,
@@ -30,10 +31,11 @@ from console_support import (  # noqa: E402 - imported once the extra is known t
 )
 from starlette.testclient import TestClient  # noqa: E402 - imported once the extra is known to be installed
 
-from effectguard import EffectLedger, EffectStatus  # noqa: E402 - imported once the extra is known to be installed
+from effectguard import EffectExecutor, EffectLedger, EffectStatus  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console import ConsoleSettings, create_app  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console.security import COOKIE, SECURITY_HEADERS  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.operator import load_tools  # noqa: E402 - imported once the extra is known to be installed
+from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup  # noqa: E402 - imported once the extra is known to be installed
 
 CSRF_FIELD = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 
@@ -67,9 +69,22 @@ def _csrf(client: TestClient, op: str) -> str:
     return found.group(1)
 
 
+SEEN_FIELD = re.compile(r'name="(expect_events|expect_head)" value="([0-9a-f]+)"')
+
+
+def _seen(client: TestClient, op: str) -> dict[str, str]:
+    """The state the operation page shows, as its resolution form carries it."""
+    page = client.get("/operation", params={"id": op})
+    assert page.status_code == 200, page.text
+    found = dict(SEEN_FIELD.findall(page.text))
+    assert set(found) == {"expect_events", "expect_head"}, "the form carries no state"
+    return found
+
+
 def _resolve(client: TestClient, op: str, action: str, **fields: str) -> Any:
     form = {
         "csrf": _csrf(client, op),
+        **_seen(client, op),
         "operation_id": op,
         "action": action,
         "reason": "checked the provider dashboard",
@@ -221,6 +236,7 @@ def test_a_refused_write_leaves_the_ledger_exactly_as_it_was(
     client = console()
     form = {
         "csrf": _csrf(client, op),
+        **_seen(client, op),
         "operation_id": op,
         "action": "confirm",
         "reason": "checked",
@@ -245,11 +261,13 @@ def test_resolving_a_settled_operation_is_refused(
     client = console()
     op = operation_id("A1")
     csrf = _csrf(client, op)
+    seen = _seen(client, op)
     assert _resolve(client, op, "reject").status_code == 303
     again = client.post(
         "/resolve",
         data={
             "csrf": csrf,
+            **seen,
             "operation_id": op,
             "action": "authorize-retry",
             "reason": "r",
@@ -257,7 +275,9 @@ def test_resolving_a_settled_operation_is_refused(
         },
     )
     assert again.status_code == 400
-    assert "it is REJECTED" in again.text
+    assert "changed since you looked: reload" in again.text
+    assert "it is now REJECTED" in again.text
+    assert ledger.get(op).status.value == "REJECTED"  # type: ignore[union-attr]
 
 
 def test_read_only_serves_no_write_route_and_no_form(
@@ -293,6 +313,7 @@ def test_hostile_ids_and_evidence_are_escaped(
         "/resolve",
         data={
             "csrf": _csrf(client, operation_id(hostile)),
+            **_seen(client, operation_id(hostile)),
             "operation_id": hostile,
             "action": "reject",
             "reason": "r",
@@ -409,3 +430,70 @@ def test_the_runs_page_lists_a_waiting_run_and_what_blocks_it(tmp_path: Path):
         assert RUN_ID in detail.text
     finally:
         ledger.close()
+
+
+def test_a_decision_previewed_on_an_earlier_attempt_is_refused_after_the_operation_moved_on(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    # Operator B previews "reject" on attempt 1's evidence...
+    provider = FakePaymentProvider(
+        idempotency_guaranteed=False,
+        lookup=Lookup.NONE,
+        faults=FaultPlan([Fault.LOSE_ACK, Fault.LOSE_ACK]),
+    )
+    arguments = {"invoice_id": "A1", "amount_cents": 1250, "card_token": "tok_secret"}
+    executor = EffectExecutor(ledger)
+    assert executor.execute(capture_contract(), arguments, provider.handler).status is (
+        EffectStatus.QUARANTINED
+    )
+    op = operation_id("A1")
+    client = console()
+    preview = _resolve(client, op, "reject", submit="preview")
+    assert preview.status_code == 200, preview.text
+    form = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)"', preview.text))
+    assert form["expect_events"] == str(ledger.get(op).event_count)  # type: ignore[union-attr]
+    # ...meanwhile operator A authorizes a retry, and attempt 2 commits and is quarantined again.
+    ledger.authorize_retry(op, actor="a", reason="r", evidence_reference="e")
+    assert executor.execute(capture_contract(), arguments, provider.handler).status is (
+        EffectStatus.QUARANTINED
+    )
+    assert provider.committed() == 2
+    before = _snapshot(ledger, backend, ledger_target)
+    # B presses the preview's submit: refused, because it was decided on attempt 1.
+    form["submit"] = "apply"
+    response = client.post("/resolve", data=form)
+    assert response.status_code == 400, response.text
+    assert "changed since you looked: reload" in response.text
+    assert "Nothing was written" in response.text
+    assert _snapshot(ledger, backend, ledger_target) == before
+    record = ledger.get(op)
+    assert record is not None
+    assert record.status is EffectStatus.QUARANTINED
+    assert record.attempts == 2
+    assert provider.committed() == 2
+
+
+def test_a_form_without_the_state_it_was_decided_on_is_refused(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    quarantine(ledger, "A1")
+    op = operation_id("A1")
+    client = console()
+    before = _snapshot(ledger, backend, ledger_target)
+    for seen in ({}, {"expect_events": "1"}, {"expect_events": "x", "expect_head": "ab" * 8}):
+        form = {
+            "csrf": _csrf(client, op),
+            "operation_id": op,
+            "action": "reject",
+            "reason": "r",
+            "evidence_reference": "e",
+            **seen,
+        }
+        response = client.post("/resolve", data=form)
+        assert response.status_code == 400, response.text
+        assert "which state of the operation" in response.text
+    wrong = {**_seen(client, op), "expect_head": "0" * 64}
+    response = _resolve(client, op, "reject", **wrong)
+    assert response.status_code == 400
+    assert "changed since you looked" in response.text
+    assert _snapshot(ledger, backend, ledger_target) == before
