@@ -26,17 +26,22 @@ __all__ = [
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_USAGE",
+    "LIMIT",
+    "MAX_LIMIT",
     "OpsCommand",
     "OpsError",
     "OpsGroup",
     "OpsUsageError",
     "audit_options",
+    "bounded_seconds",
     "expect_options",
     "json_option",
     "non_empty",
+    "one_line",
     "parse_json",
     "parse_status",
     "refusals",
+    "unusable_paths",
 ]
 
 #: The command did what was asked.
@@ -55,9 +60,45 @@ Exit codes:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: The most operations one command lists, exports or sweeps per batch.
+MAX_LIMIT = 1_000_000_000
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
+#: The type of every ``--limit``: a whole number from 1 to :data:`MAX_LIMIT`.
+LIMIT = click.IntRange(min=1, max=MAX_LIMIT)
+
+
+def bounded_seconds(
+    low: float, high: float
+) -> Callable[[click.Context, click.Parameter, float | None], float | None]:
+    """An option callback: finite seconds from ``low`` to ``high``, else a usage error."""
+
+    def check(
+        ctx: click.Context,  # noqa: ARG001 - Click's callback signature
+        param: click.Parameter,  # noqa: ARG001 - Click's callback signature
+        value: float | None,
+    ) -> float | None:
+        if value is None:
+            return None
+        if not low <= value <= high:  # also NaN, which compares false with everything
+            msg = f"{value!r} is not a number of seconds from {low:g} to {high:g}"
+            raise click.BadParameter(msg)
+        return value
+
+    return check
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line, each very long word (a pasted value, a path) cut to its start."""
+    return " ".join(_cut(word) for word in str(text).split())
+
+
+_LONGEST_WORD = 120
+
+
+def _cut(word: str) -> str:
+    if len(word) <= _LONGEST_WORD:
+        return word
+    return f"{word[: _LONGEST_WORD - 40]}...({len(word)} characters)"
 
 
 class OpsError(click.ClickException):
@@ -66,7 +107,7 @@ class OpsError(click.ClickException):
     exit_code = EXIT_REFUSED
 
     def __init__(self, message: str) -> None:
-        super().__init__(_one_line(message))
+        super().__init__(one_line(message))
 
 
 class OpsUsageError(click.ClickException):
@@ -75,7 +116,7 @@ class OpsUsageError(click.ClickException):
     exit_code = EXIT_USAGE
 
     def __init__(self, message: str) -> None:
-        super().__init__(_one_line(message))
+        super().__init__(one_line(message))
 
 
 @contextlib.contextmanager
@@ -139,8 +180,30 @@ class OpsGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         # "Missing command" is raised here, not while parsing.
-        with _one_line_usage(ctx):
+        with _one_line_usage(ctx), unusable_paths():
             return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def unusable_paths() -> Iterator[None]:
+    """Turn a path the OS cannot use (a NUL byte, a name too long, no such directory) into one line.
+
+    The last line of defence for file options: each names the path it could
+    not use, exit 2, and nothing has been written.
+    """
+    try:
+        yield
+    except ValueError as exc:
+        if "null byte" not in str(exc):
+            raise
+        msg = "a path given contains a NUL byte: no file can be named that"
+        raise OpsUsageError(msg) from exc
+    except OSError as exc:
+        if isinstance(exc, (ConnectionError, TimeoutError, InterruptedError)):
+            raise
+        name = exc.filename if exc.filename is not None else ""
+        msg = f"cannot use {str(name)!r}: {exc.strerror or exc}; nothing was written"
+        raise OpsUsageError(msg) from exc
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from effectguard.cli import _ops_views as views
-from effectguard.cli._ops_click import OpsError, parse_status, refusals
+from effectguard.cli._ops_click import LIMIT, OpsError, parse_status, refusals
 from effectguard.cli._ops_session import open_ledger
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def _open(path: str) -> IO[str]:
 @click.command(short_help="Write operations and their events as JSON lines.")
 @click.option("--status", metavar="STATUS", callback=parse_status, help="Only this status.")
 @click.option("--contract", metavar="NAME", help="Only operations of this contract.")
-@click.option("--limit", type=click.IntRange(min=1), default=10_000, show_default=True, metavar="N")
+@click.option("--limit", type=LIMIT, default=10_000, show_default=True, metavar="N")
 @click.option(
     "--output", "output", metavar="FILE", help="Write to FILE (created 0600), not stdout."
 )

@@ -31,7 +31,14 @@ def parse_duration(text: str) -> float:
     if found is None:
         msg = f"--older-than {text!r} is not a duration: write a number and s, m, h, d or w (30d)"
         raise OpsUsageError(msg)
-    return float(found.group(1)) * _UNITS[found.group(2)]
+    seconds = float(found.group(1)) * _UNITS[found.group(2)]
+    if seconds > _LONGEST:
+        msg = f"--older-than {text[:40]!r} is longer than 1000 years: nothing is that old"
+        raise OpsUsageError(msg)
+    return seconds
+
+
+_LONGEST = 1000 * 366 * 86400.0
 
 
 def _statuses(text: str) -> tuple[EffectStatus, ...]:

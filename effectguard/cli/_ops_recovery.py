@@ -12,8 +12,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from effectguard.cli import _ops_views as views
-from effectguard.cli._ops_click import OpsUsageError, json_option, refusals
+from effectguard.cli._ops_click import (
+    LIMIT,
+    OpsUsageError,
+    bounded_seconds,
+    json_option,
+    refusals,
+)
 from effectguard.cli._ops_session import load_tools, open_ledger, operation, tools_option
+
+_DAY = 86_400.0
 
 if TYPE_CHECKING:
     from effectguard.operator._recover import RecoveryReport, ReprobeOutcome
@@ -120,10 +128,11 @@ def _print_report(report: RecoveryReport, *, as_json: bool) -> None:
     callback=_parse_statuses,
     help="Only these (default: outcome-unknown, reconciling, quarantined, abandoned dispatched).",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, metavar="N")
+@click.option("--limit", type=LIMIT, default=100, show_default=True, metavar="N")
 @click.option(
     "--watch",
-    type=click.FloatRange(min=0.1),
+    type=float,
+    callback=bounded_seconds(0.1, _DAY),
     metavar="SECONDS",
     help="Sweep again every SECONDS until interrupted, backing off per operation.",
 )

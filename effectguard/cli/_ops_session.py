@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 __all__ = ["Session", "load_tools", "open_ledger", "operation", "tools_option"]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+_SHOWN = 60
 
 
 class Session:
@@ -52,8 +53,16 @@ class Session:
             options["busy_timeout"] = self.busy_timeout
             # A read opens the file read-only, so it works on a ledger this user may only read.
             options["read_only"] = not write
-        with refusals():
-            ledger = effectguard.open_ledger(self.target, **options)
+        if "\0" in self.target:
+            msg = "--db contains a NUL byte: no file or URL can be named that"
+            raise OpsUsageError(msg)
+        try:
+            with refusals():
+                ledger = effectguard.open_ledger(self.target, **options)
+        except OSError as exc:  # a name the OS refuses outright (ENAMETOOLONG, ELOOP)
+            shown = self.target if len(self.target) <= _SHOWN else f"{self.target[:_SHOWN]}..."
+            msg = f"--db {shown!r}: {exc.strerror or exc}"
+            raise OpsUsageError(msg) from exc
         ctx.call_on_close(ledger.close)
         self.ledger = ledger
         return ledger

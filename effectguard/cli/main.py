@@ -8,14 +8,17 @@ attach to it with ``cli.add_command``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
 from effectguard import __version__
+from effectguard.cli._ops_click import one_line, unusable_paths
 from effectguard.cli._reports import (
     INVARIANT_BROKEN,
     OUTPUT,
@@ -29,7 +32,30 @@ from effectguard.testkit.scenarios import SCENARIOS, ScenarioError, run_scenario
 __all__ = ["cli", "main"]
 
 
+class _Group(click.Group):
+    """``agent-effect``'s group: every error is one line, a path the OS refuses included."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        with _shortened(), unusable_paths():
+            return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> object:
+        with _shortened(), unusable_paths():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _shortened() -> Iterator[None]:
+    try:
+        yield
+    except click.UsageError as exc:
+        raise click.UsageError(one_line(exc.format_message()), exc.ctx) from exc
+    except BadInput as exc:
+        raise BadInput(one_line(exc.format_message())) from exc
+
+
 @click.group(
+    cls=_Group,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -41,7 +67,8 @@ __all__ = ["cli", "main"]
     help="Run one scenario (see --list).",
 )
 @click.option("--list", "list_scenarios", is_flag=True, help="List the scenarios and exit.")
-@click.option("--output", type=OUTPUT, help="Write the scenario's JSON report to this file.")
+@click.option("--output", type=OUTPUT, help="Write the scenario's JSON report to this new file.")
+@click.option("--force", is_flag=True, help="Let --output replace an existing file.")
 @click.option(
     "--db",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -55,6 +82,7 @@ def cli(
     scenario_name: str | None,
     list_scenarios: bool,
     output: Path | None,
+    force: bool,
     db: Path | None,
     seed: int,
 ) -> None:
@@ -63,8 +91,8 @@ def cli(
     Run a scenario with --scenario NAME or list them with --list.
     """
     if ctx.invoked_subcommand is not None:
-        if scenario_name or list_scenarios or output or db:
-            msg = "--scenario, --list, --output and --db cannot be combined with a command"
+        if scenario_name or list_scenarios or output or db or force:
+            msg = "--scenario, --list, --output, --force and --db cannot be combined with a command"
             raise click.UsageError(msg)
         return
     if list_scenarios:
@@ -72,19 +100,19 @@ def cli(
         return
     if scenario_name is None:
         seeded = ctx.get_parameter_source("seed") is not click.core.ParameterSource.DEFAULT
-        if output or db or seeded:
-            msg = "--output, --db and --seed need --scenario NAME"
+        if output or db or seeded or force:
+            msg = "--output, --force, --db and --seed need --scenario NAME"
             raise click.UsageError(msg)
         click.echo(ctx.get_help())
         return
-    check_output(output)
+    check_output(output, force=force)
     try:
         report = run_scenario(scenario_name, seed=seed, db=db)
     except (ScenarioError, EffectGuardError) as exc:
         raise BadInput(str(exc)) from exc
     click.echo(report.summary())
     if output is not None:
-        write_json(output, report.to_json())
+        write_json(output, report.to_json(), force=force)
     if not report.invariant_held:
         ctx.exit(INVARIANT_BROKEN)
 

@@ -23,11 +23,13 @@ from effectguard.cli._ops_click import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_USAGE,
+    LIMIT,
     F,
     OpsError,
     OpsGroup,
     OpsUsageError,
     audit_options,
+    bounded_seconds,
     expect_options,
     json_option,
     non_empty,
@@ -42,6 +44,9 @@ from effectguard.cli._ops_session import (
     operation,
     tools_option,
 )
+
+#: As :data:`effectguard.ledger.sqlite.MAX_BUSY_TIMEOUT` (not imported: --help stays cheap).
+MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 
 if TYPE_CHECKING:
     # Annotations only: `agent-effect-ops --help` loads neither the ledger nor the model.
@@ -76,7 +81,8 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 )
 @click.option(
     "--busy-timeout",
-    type=click.FloatRange(min=0),
+    type=float,
+    callback=bounded_seconds(0, MAX_BUSY_TIMEOUT),  # SQLite waits at most that long
     default=10.0,
     show_default=True,
     metavar="SECONDS",
@@ -112,7 +118,7 @@ def main(ctx: click.Context, target: str | None, busy_timeout: float) -> None:
     help="Only this status, in any case (quarantined, outcome-unknown…).",
 )
 @click.option("--contract", metavar="NAME", help="Only operations of this contract.")
-@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True, metavar="N")
+@click.option("--limit", type=LIMIT, default=100, show_default=True, metavar="N")
 @json_option
 def list_command(
     status: EffectStatus | None, contract: str | None, limit: int, as_json: bool

@@ -453,10 +453,15 @@ def read_commitments(ledger: EffectLedger, operation_id: str) -> list[Mapping[st
     return [event.commits for event in ledger.events(operation_id) if event.commits]
 
 
+_MAX_LIMIT = 2**63 - 1  # the largest integer SQLite and PostgreSQL store
+_SHOWN = 40
+
+
 def check_limit(limit: object) -> None:
     """Refuse a ``list_operations`` limit that is not a whole number >= 1, naming it."""
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
-        msg = f"limit must be a whole number >= 1, not {limit!r}"
+    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= _MAX_LIMIT:
+        shown = repr(limit) if len(repr(limit)) <= _SHOWN else f"{repr(limit)[:_SHOWN]}..."
+        msg = f"limit must be a whole number from 1 to {_MAX_LIMIT}, not {shown}"
         raise InvalidRequestError(msg)
 
 

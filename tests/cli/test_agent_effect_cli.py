@@ -223,3 +223,33 @@ def test_matrix_bad_backend_options_are_one_line_errors(arguments, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert "kind" not in result.stdout
+
+
+def test_output_refuses_an_existing_file_unless_forced_and_writes_whole_reports(tmp_path):
+    """An existing --output is kept, exit 2, before the scenario runs; --force replaces it whole."""
+    output = tmp_path / "report.json"
+    output.write_text("my notes\n")
+    runner = CliRunner()
+    refused = runner.invoke(cli, ["--scenario", "conflict", "--output", str(output)])
+    assert refused.exit_code == 2, refused.output
+    assert "already exists" in refused.output
+    assert "--force" in refused.output
+    assert "scenario" not in refused.output.splitlines()[0]  # refused before running
+    assert output.read_text() == "my notes\n"
+    forced = runner.invoke(cli, ["--scenario", "conflict", "--output", str(output), "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert json.loads(output.read_text())["scenario"] == "conflict"
+    # Nothing is left beside it: the temporary file was renamed onto it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.json"]
+    assert runner.invoke(cli, ["--force"]).exit_code == 2
+
+
+def test_output_with_a_name_too_long_is_one_line(tmp_path):
+    """A path the OS refuses (ENAMETOOLONG) is one line naming --output, exit 2."""
+    result = CliRunner().invoke(
+        cli, ["--scenario", "conflict", "--output", str(tmp_path / ("r" * 5000))]
+    )
+    assert result.exit_code == 2, result.output
+    assert "--output" in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.splitlines()) <= 3
