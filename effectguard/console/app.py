@@ -62,7 +62,10 @@ class ConsoleSettings:
     decorated tools, as ``agent-effect-ops --tools`` loads them) lets the
     console check a confirmation's output against the tool's return type and
     re-probe an operation; without them outputs are unchecked (with a warning)
-    and there is no re-probe.
+    and there is no re-probe. ``hosts`` are the ``Host`` header values the
+    console answers to (the address it bound and ``localhost``, with the port:
+    a DNS-rebinding page is refused); empty answers any, for an application
+    that mounts the console behind its own host check.
     """
 
     ledger: EffectLedger
@@ -72,6 +75,7 @@ class ConsoleSettings:
     checkpoints: str | None = None
     tools: ToolIndex | None = None
     page_size: int = 50
+    hosts: frozenset[str] = frozenset()
 
 
 class _Pages:
@@ -255,5 +259,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
             routes.append(Route("/reprobe", pages.reprobe, methods=["POST"]))
     return Starlette(
         routes=routes,
-        middleware=[Middleware(GuardMiddleware, guard=guard, forbidden=pages.problem)],
+        middleware=[
+            Middleware(GuardMiddleware, guard=guard, forbidden=pages.problem, hosts=settings.hosts)
+        ],
     )

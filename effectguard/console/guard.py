@@ -26,19 +26,33 @@ class GuardMiddleware(BaseHTTPMiddleware):
     """Refuses every request without the access token; sets the security headers on all."""
 
     def __init__(
-        self, app: ASGIApp, *, guard: AccessGuard, forbidden: Callable[[str, int], Response]
+        self,
+        app: ASGIApp,
+        *,
+        guard: AccessGuard,
+        forbidden: Callable[[str, int], Response],
+        hosts: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(app)
         self.guard = guard
         self.forbidden = forbidden
+        self.hosts = frozenset(host.lower() for host in hosts)
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         """Let the request through only with the token; add the headers to whatever answers."""
         offered = request.query_params.get("token")
-        if offered is not None and self.guard.token_ok(offered):
+        host = request.headers.get("host", "").lower()
+        if self.hosts and host not in self.hosts:
+            # A page on another name that resolves here (DNS rebinding) is not this console.
+            response: Response = self.forbidden(
+                "this console answers only to the address it printed at start-up", 421
+            )
+        elif offered is not None and self.guard.token_ok(offered):
             rest = {k: v for k, v in request.query_params.items() if k != "token"}
-            target = request.url.path + (f"?{urlencode(rest)}" if rest else "")
-            response: Response = RedirectResponse(target, status_code=303)
+            # Exactly one leading slash: "//evil.example/" would leave the origin.
+            path = "/" + request.url.path.lstrip("/\\")
+            target = path + (f"?{urlencode(rest)}" if rest else "")
+            response = RedirectResponse(target, status_code=303)
             response.set_cookie(
                 COOKIE,
                 offered,

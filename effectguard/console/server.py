@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import socket
 from collections.abc import Callable
@@ -73,8 +74,9 @@ def serve(
     scheme = "https" if tls_cert else "http"
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     url = f"{scheme}://{shown}:{bound}/?token={settings.token}"
+    hosts = frozenset({f"{shown}:{bound}", f"localhost:{bound}"}) | settings.hosts
     config = uvicorn.Config(
-        create_app(settings),
+        create_app(dataclasses.replace(settings, hosts=hosts)),
         log_level="warning",
         ssl_certfile=tls_cert,
         ssl_keyfile=tls_key,

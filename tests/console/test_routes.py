@@ -497,3 +497,33 @@ def test_a_form_without_the_state_it_was_decided_on_is_refused(
     assert response.status_code == 400
     assert "changed since you looked" in response.text
     assert _snapshot(ledger, backend, ledger_target) == before
+
+
+def test_only_the_bound_address_and_localhost_are_answered(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    """A DNS-rebinding page (another Host that resolves here) gets 421, even with the token."""
+    quarantine(ledger, "A1")
+    client = console(hosts=frozenset({"127.0.0.1:8765", "localhost:8765"}))
+    before = _snapshot(ledger, backend, ledger_target)
+    for host in ("evil.example", "evil.example:8765", "127.0.0.1:9999", ""):
+        page = client.get("/", headers={"host": host})
+        assert page.status_code == 421, (host, page.status_code)
+        assert "answers only to the address" in page.text
+        assert "invoice:A1:capture" not in page.text
+        posted = client.post("/resolve", data={"operation_id": "x"}, headers={"host": host})
+        assert posted.status_code == 421
+    for host in ("127.0.0.1:8765", "LOCALHOST:8765"):
+        assert client.get("/", headers={"host": host}).status_code == 200
+    assert _snapshot(ledger, backend, ledger_target) == before
+
+
+@pytest.mark.parametrize("path", ["//evil.example/", "///evil.example/x", "/\\evil.example/"])
+def test_the_token_redirect_never_leaves_the_origin(ledger: EffectLedger, path: str):
+    """``GET //evil.example/?token=...`` redirects to a path on this origin, never off it."""
+    client = _client(ledger)
+    response = client.get(f"http://testserver{path}", params={"token": TOKEN})
+    assert response.status_code == 303
+    location = response.headers["location"]
+    assert location.startswith("/")
+    assert not location.startswith(("//", "/\\"))  # a path here, not another host
