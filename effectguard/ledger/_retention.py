@@ -336,6 +336,11 @@ def _check_chain(stone: Tombstone, events: Sequence[dict[str, Any]]) -> list[Ver
             parsed.get("operation_id") != stone.operation_id
             or parsed.get("seq") != expected_seq
             or chain_hash(previous, document) != stored
+            # The readable fields beside the document must say what the hashed document says.
+            or entry.get("operation_id") != stone.operation_id
+            or entry.get("seq") != expected_seq
+            or entry.get("type") != parsed.get("type")
+            or entry.get("to_status") != parsed.get("to")
         ):
             problems.append(
                 VerifyProblem(

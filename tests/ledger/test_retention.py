@@ -261,6 +261,27 @@ def test_the_archive_holds_what_was_pruned_and_checks_against_the_tombstones(led
     assert any("does not hash" in p.problem for p in problems)
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("to_status", "REJECTED"), ("type", "operator_rejected"), ("seq", 7), ("operation_id", "x")],
+)
+def test_an_archive_line_whose_readable_fields_disagree_with_its_hashed_document_fails(
+    ledger, tmp_path, field, value
+):
+    """``to_status`` and ``type`` beside the document are checked against it, not trusted."""
+    operation_id = _confirmed(ledger, FakePaymentProvider())
+    path = tmp_path / "archive.jsonl"
+    ledger.prune(older_than=30 * DAY, archive=str(path))
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert retention.check_archive(path.read_text().splitlines(), ledger.tombstones()) == (1, [])
+    lines[-1][field] = value  # the document and its hash untouched
+    edited = "\n".join(json.dumps(line) for line in lines)
+    checked, problems = retention.check_archive(edited.splitlines(), ledger.tombstones())
+    assert checked == 1
+    assert {p.operation_id for p in problems} == {operation_id}
+    assert any(p.seq == len(lines) - 2 and "edited" in p.problem for p in problems)
+
+
 def test_an_archive_is_never_overwritten(ledger, tmp_path):
     """An existing archive file: refused before anything is pruned."""
     provider = FakePaymentProvider()
