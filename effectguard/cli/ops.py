@@ -50,8 +50,9 @@ MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 
 if TYPE_CHECKING:
     # Annotations only: `agent-effect-ops --help` loads neither the ledger nor the model.
-    from effectguard import EffectStatus
+    from effectguard import EffectLedger, EffectStatus
     from effectguard.ledger import VerifyReport
+    from effectguard.operator._signing import SignedExport
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
 
@@ -304,41 +305,54 @@ def authorize_retry(operation_id: str, dry_run: bool, **fields: Any) -> None:
     "--archive",
     "archive_file",
     type=click.Path(dir_okay=False, exists=True),
-    help="Also check the chains a prune archived to FILE against their tombstones.",
+    help="Also check FILE: the chains a prune archived, or with --public-key a signed export.",
     metavar="FILE",
 )
+@click.option(
+    "--public-key",
+    "public_key",
+    type=click.Path(dir_okay=False, exists=True),
+    help="--archive FILE is a signed export: check its signature with this Ed25519 key.",
+    metavar="PUB",
+)
 def verify(
-    as_json: bool, anchor_file: str | None, export_file: str | None, archive_file: str | None
+    as_json: bool,
+    anchor_file: str | None,
+    export_file: str | None,
+    archive_file: str | None,
+    public_key: str | None,
 ) -> None:
     """Check every operation's hash-chained history, its row, its tombstone and the claims anchor.
 
     Exit 1 naming any break. An exported head (--export-anchor), kept where
     whoever can write the ledger cannot, lets a later --anchor check catch a
-    deletion that rewrote the ledger's own anchor too.
+    deletion that rewrote the ledger's own anchor too. A signed export
+    (--archive FILE --public-key PUB) proves more: the file is exactly what
+    was signed, and the ledger still holds every event it lists and extends
+    the anchor it signed.
     """
     from effectguard.ledger import AnchorHead  # noqa: PLC0415 - loaded on use
 
+    if public_key is not None and archive_file is None:
+        msg = "--public-key checks a signed export: name it with --archive FILE"
+        raise OpsUsageError(msg)
+    signed = None
+    if public_key is not None and archive_file is not None:
+        signed = _signed_export(archive_file, public_key)  # before the ledger: a bad file is usage
     ledger = open_ledger()
     with refusals():
-        expected = None
-        if anchor_file is not None:
-            with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
-                expected = AnchorHead.loads(file.read())
-        report = ledger.verify(anchor=expected)
-        archived = None
-        if archive_file is not None:
-            report, archived = _with_archive(ledger, report, archive_file)
+        report, archived = _checked(ledger, anchor_file, archive_file, signed)
     if as_json:
         click.echo(views.to_json(views.report_json(report)))
     else:
-        for problem in report.problems:
-            where = "" if problem.seq is None else f" event {problem.seq}"
-            click.echo(f"operation {problem.operation_id!r}{where}: {problem.problem}")
-        click.echo(
-            f"checked {report.operations_checked} operations and {report.events_checked} events"
+        _print_report(report, archived, signed)
+    if signed is not None and not signed.ok:
+        msg = (
+            f"the signed export {archive_file!r} is not what was signed: "
+            + "; ".join(signed.problems)
+            + " (keep the original; this copy proves nothing)"
         )
-        if archived is not None:
-            click.echo(f"checked {archived} archived operations against their tombstones")
+        raise OpsError(msg)
     if not report.ok:
         first = report.problems[0]
         where = "" if first.seq is None else f" event {first.seq}"
@@ -351,6 +365,77 @@ def verify(
         head = AnchorHead(report.anchored, report.anchor_running)
         with open(export_file, "w", encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
             file.write(views.to_json(head.to_json()) + "\n")
+
+
+def _checked(
+    ledger: EffectLedger,
+    anchor_file: str | None,
+    archive_file: str | None,
+    signed: SignedExport | None,
+) -> tuple[VerifyReport, int | None]:
+    """The ledger's report, with what an archive or a signed export adds, and how many they held."""
+    from effectguard.ledger import AnchorHead  # noqa: PLC0415 - loaded on use
+
+    expected = None if signed is None else signed.anchor
+    if anchor_file is not None:  # the head the operator kept wins over the export's
+        with open(anchor_file, encoding="utf-8") as file:  # noqa: PTH123 - a path from the command line
+            expected = AnchorHead.loads(file.read())
+    report = ledger.verify(anchor=expected)
+    if archive_file is None:
+        return report, None
+    if signed is not None:
+        return _with_signed(ledger, report, signed)
+    return _with_archive(ledger, report, archive_file)
+
+
+def _print_report(report: VerifyReport, archived: int | None, signed: SignedExport | None) -> None:
+    for problem in report.problems:
+        where = "" if problem.seq is None else f" event {problem.seq}"
+        click.echo(f"operation {problem.operation_id!r}{where}: {problem.problem}")
+    click.echo(f"checked {report.operations_checked} operations and {report.events_checked} events")
+    if signed is not None and not signed.ok:
+        for broken in signed.problems:
+            click.echo(f"export: {broken}")
+    elif archived is not None and signed is not None:
+        click.echo(
+            f"checked {archived} operations of the export signed by key {signed.key_id}"
+            f" at {signed.exported_at}"
+        )
+    elif archived is not None:
+        click.echo(f"checked {archived} archived operations against their tombstones")
+
+
+def _signed_export(archive_file: str, public_key: str) -> SignedExport:
+    """The signed export in ``archive_file`` checked against the key in ``public_key``."""
+    from effectguard.cli._ops_export import read_key  # noqa: PLC0415 - loaded on use
+    from effectguard.errors import InvalidRequestError  # noqa: PLC0415 - loaded on use
+    from effectguard.operator import _signing as signing  # noqa: PLC0415 - loaded on use
+
+    with refusals():
+        key = signing.load_public_key(read_key(public_key, "--public-key"), public_key)
+        try:
+            with open(archive_file, "rb") as file:  # noqa: PTH123 - a path from the command line
+                return signing.check_signed(file, key)
+        except OSError as exc:
+            msg = f"cannot read --archive {archive_file!r}: {exc.strerror}"
+            raise OpsUsageError(msg) from exc
+        except InvalidRequestError as exc:
+            msg = f"--archive {archive_file!r}: {exc}"
+            raise OpsUsageError(msg) from exc
+
+
+def _with_signed(
+    ledger: EffectLedger, report: VerifyReport, signed: SignedExport
+) -> tuple[VerifyReport, int]:
+    """``report`` with the signed export's own problems and what the ledger lost of it."""
+    import dataclasses  # noqa: PLC0415 - loaded on use
+
+    from effectguard.operator import _signing as signing  # noqa: PLC0415 - loaded on use
+
+    if not signed.ok:  # what an edited file lists proves nothing about the ledger
+        return report, len(signed.operations)
+    found = signing.compare_with_ledger(signed, ledger)
+    return dataclasses.replace(report, problems=(*report.problems, *found)), len(signed.operations)
 
 
 def _with_archive(
@@ -372,7 +457,7 @@ def _with_archive(
 
 # The recovery, runs, export, prune and console commands live in their own modules; registered
 # here, loaded with the group (the console's extra only when `serve` runs).
-from effectguard.cli._ops_export import export  # noqa: E402 - registered after main exists
+from effectguard.cli._ops_export import export, keygen  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_prune import prune  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_recovery import reconcile, reprobe  # noqa: E402 - registered after main exists
 from effectguard.cli._ops_runs import runs  # noqa: E402 - registered after main exists
@@ -382,6 +467,7 @@ main.add_command(reprobe)
 main.add_command(reconcile)
 main.add_command(runs)
 main.add_command(export)
+main.add_command(keygen)
 main.add_command(prune)
 main.add_command(serve)
 

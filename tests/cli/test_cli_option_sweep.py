@@ -36,6 +36,7 @@ BASES: dict[str, tuple[str, ...]] = {
     "reprobe": ("reprobe", OP, "--dry-run"),
     "reconcile": ("reconcile", "--dry-run"),
     "export": ("export",),
+    "keygen": ("keygen", "--private-key", "{tmp}/key.pem", "--public-key", "{tmp}/key.pub"),
     "prune": ("prune", "--older-than", "30d", "--dry-run"),
     "runs list": ("runs", "list", "--checkpoints", "{tmp}/checkpoints.db"),
     "runs show": ("runs", "show", "run-1", "--checkpoints", "{tmp}/checkpoints.db"),
@@ -100,8 +101,9 @@ def _check(result: object, code: int, stderr: str) -> None:
 
 @pytest.mark.parametrize(("name", "option", "hostile"), _ops_cases())
 def test_every_ops_option_survives_hostile_values(
-    tmp_path: Path, name: str, option: str, hostile: str
+    tmp_path: Path, name: str, option: str, hostile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a hostile value taken as a relative path lands here
     ledger = quarantined_file(tmp_path)
     before = file_state(ledger)
     value = HOSTILE[hostile].replace("{tmp}", str(tmp_path))
@@ -126,8 +128,9 @@ AGENT_EFFECT_OPTIONS = ["--output", "--db", "--seed", "--scenario"]
 @pytest.mark.parametrize("option", AGENT_EFFECT_OPTIONS)
 @pytest.mark.parametrize("hostile", list(HOSTILE))
 def test_every_agent_effect_option_survives_hostile_values(
-    tmp_path: Path, option: str, hostile: str
+    tmp_path: Path, option: str, hostile: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # a hostile value taken as a relative path lands here
     value = HOSTILE[hostile].replace("{tmp}", str(tmp_path))
     kept = tmp_path / "kept.txt"
     kept.write_text("mine\n")
