@@ -9,6 +9,7 @@ write requires the CSRF token, a reason and an evidence reference; with
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,6 +150,7 @@ class _Pages:
             record=record,
             events=events,
             chain=_chain_check(record, events),
+            handler_error=_handler_error(record.evidence, record.reason or ""),
             blocked=blocked,
             actions=ACTIONS,
             can_reprobe=self.settings.tools is not None,
@@ -227,6 +229,22 @@ class _Pages:
 def _pretty(value: Any) -> str:
     """JSON for a person to read: indented, keys sorted, non-ASCII kept."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _handler_error(evidence: Mapping[str, Any], reason: str) -> str | None:
+    """The handler's error as one line, or None when there is none or the reason already says it.
+
+    The executor writes the error into the operation's reason too; showing it
+    twice makes an operator compare two texts to find out they are the same.
+    """
+    error = evidence.get("error")
+    if not error:
+        return None
+    if isinstance(error, Mapping) and set(error) <= {"type", "message"}:
+        text = ": ".join(str(error[key]) for key in ("type", "message") if error.get(key))
+    else:
+        text = _pretty(error)
+    return None if text in reason else text
 
 
 def _chain_check(record: Any, events: list[Any]) -> list[str]:

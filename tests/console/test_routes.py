@@ -29,6 +29,7 @@ from console_support import (  # noqa: E402 - imported once the extra is known t
     sqlite_state,
     waiting_run,
 )
+from markupsafe import escape  # noqa: E402 - imported once the extra is known to be installed (jinja2 needs it)
 from starlette.testclient import TestClient  # noqa: E402 - imported once the extra is known to be installed
 
 from effectguard import EffectExecutor, EffectLedger, EffectStatus  # noqa: E402 - imported once the extra is known to be installed
@@ -167,6 +168,28 @@ def test_the_operation_page_shows_its_history_and_a_whole_chain(
     assert "tok_secret" not in page.text
     missing = console().get("/operation", params={"id": "no-such-op"})
     assert missing.status_code == 404
+
+
+def test_the_operation_page_says_its_reason_once_and_folds_the_raw_evidence(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    """Outside closed ``<details>`` the reason appears once; the evidence JSON is inside one."""
+    quarantine(ledger, "A1")
+    record = ledger.get(operation_id("A1"))
+    assert record is not None
+    assert record.reason
+    page = console().get("/operation", params={"id": operation_id("A1")}).text
+    disclosures = re.findall(r"<details[^>]*>", page)
+    assert disclosures, "the page folds nothing"
+    assert not [tag for tag in disclosures if "open" in tag], "a disclosure opens by default"
+    shown = re.sub(r"<details.*?</details>", "", page, flags=re.DOTALL)
+    assert shown.count(str(escape(record.reason))) == 1
+    for repeated in (record.evidence["cause"], record.evidence["error"]["message"]):
+        assert repeated in record.reason
+        assert shown.count(str(escape(repeated))) == 1
+    assert '<pre id="evidence">' in page
+    assert '<pre id="evidence">' not in shown
+    assert "<pre>" not in shown.split('<table id="events"', 1)[1].split("</table>", 1)[0]
 
 
 def test_confirm_records_actor_and_reason_and_the_provider_keeps_one_payment(
