@@ -20,6 +20,7 @@ exits non-zero unless the provider holds exactly one committed payment.
 
 from __future__ import annotations
 
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -163,5 +164,8 @@ def main(workdir: Path) -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     with tempfile.TemporaryDirectory(prefix="effectguard-demo-") as directory:
         sys.exit(main(Path(directory)))

@@ -37,6 +37,7 @@ exactly one copy of each.
 from __future__ import annotations
 
 import hashlib
+import logging
 import smtplib
 import socket
 import ssl
@@ -200,4 +201,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     sys.exit(main())

@@ -27,6 +27,7 @@ Run: ``python recipes/langgraph_payments.py``.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import sys
 import tempfile
@@ -131,5 +132,8 @@ def main(workdir: Path) -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     with tempfile.TemporaryDirectory() as scratch:
         sys.exit(main(Path(scratch)))

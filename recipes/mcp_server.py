@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -114,4 +115,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     sys.exit(main())

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -119,6 +120,9 @@ async def main(ledger: EffectLedger) -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     with tempfile.TemporaryDirectory() as directory:
         configured = effectguard.configure(ledger=str(Path(directory) / "ledger.db"))
         sys.exit(asyncio.run(main(configured.executor.ledger)))

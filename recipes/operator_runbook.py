@@ -24,6 +24,7 @@ the run completes with exactly one capture.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import shutil
@@ -147,4 +148,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     sys.exit(main())

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import logging
 import os
 import socket
 import sys
@@ -207,4 +208,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     sys.exit(main())

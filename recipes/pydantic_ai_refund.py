@@ -21,6 +21,7 @@ provider holds exactly one refund.
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import tempfile
 from pathlib import Path
@@ -129,7 +130,8 @@ def resume(workdir: Path, api: RefundAPI) -> str | None:
     results, waiting = settle_deferred(requests, [tool])
     final = None
     if waiting:
-        print(f"  still waiting: {', '.join(w.message() for w in waiting)}")
+        still = ", ".join(f"{w.operation_id} is {w.status.value}" for w in waiting)
+        print(f"  still waiting: {still} (the reason and the command are as above)")
     else:
         history = ModelMessagesTypeAdapter.validate_json((workdir / "history.json").read_bytes())
         done = agent.run_sync(message_history=history, deferred_tool_results=results)
@@ -187,5 +189,8 @@ def main(workdir: Path) -> int:
 
 
 if __name__ == "__main__":
+    # effectguard installs no log handler; this one prints each event it logs as one short line.
+    logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
+    logging.getLogger("effectguard").setLevel(logging.INFO)
     with tempfile.TemporaryDirectory(prefix="effectguard-pydantic-ai-") as directory:
         sys.exit(main(Path(directory)))

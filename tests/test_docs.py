@@ -65,6 +65,30 @@ def test_python_blocks_run(document: Path, tmp_path: Path, request: pytest.Fixtu
     assert completed.returncode == 0, completed.stderr[-4000:]
 
 
+def test_the_readme_example_runs_again_and_sends_nothing_new(tmp_path: Path):
+    """Run twice in one directory: the second run replays, the provider still holds one capture.
+
+    Logged through Python's last-resort handler, a warning would reach stderr:
+    the happy path warns nobody, on either run.
+    """
+    example = BLOCK.findall((ROOT / "README.md").read_text(encoding="utf-8"))[0]
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", example],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        for _ in range(2)
+    ]
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert done.stderr == ""
+    assert runs[0].stdout == runs[1].stdout == "captured cap_000001; the provider holds 1 capture\n"
+
+
 def test_readme_and_every_document_are_covered():
     """The README has code, and the check found it (guards against a broken pattern)."""
     assert ROOT / "README.md" in _documents_with_code()

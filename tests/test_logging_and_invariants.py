@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import effectguard
 
 PACKAGE = Path(effectguard.__file__).parent
@@ -30,27 +32,46 @@ keep = Keep()
 logging.getLogger().addHandler(keep)
 logging.getLogger().setLevel(logging.DEBUG)
 import effectguard
-for module in pkgutil.walk_packages(effectguard.__path__, "effectguard."):
+missing = {}
+skip_unimportable = lambda name: None  # an extra's package: imported (and said) below
+for module in pkgutil.walk_packages(effectguard.__path__, "effectguard.", skip_unimportable):
     if module.name.endswith("__main__"):
         continue
-    importlib.import_module(module.name)
+    try:
+        importlib.import_module(module.name)
+    except ModuleNotFoundError as exc:
+        # An optional extra's module without its extra: said, not hidden. A module of
+        # effectguard's own that is missing is a real failure.
+        if exc.name is None or exc.name.split(".")[0] == "effectguard":
+            raise
+        missing[module.name] = exc.name
 loggers = [
     name for name, logger in logging.root.manager.loggerDict.items()
     if name.startswith("effectguard") and isinstance(logger, logging.Logger) and logger.handlers
 ]
-print(json.dumps({"records": keep.records, "with_handlers": loggers}))
+print(json.dumps({"records": keep.records, "with_handlers": loggers, "missing": missing}))
 """
 
 
 def test_importing_effectguard_logs_nothing_and_installs_no_handler():
-    """In a fresh interpreter, importing every module logs no record and adds no handler."""
+    """In a fresh interpreter, importing every module logs no record and adds no handler.
+
+    A module whose extra is not installed cannot be imported: the rest are
+    checked, then the test skips naming them (a failure in CI, where every
+    extra is installed).
+    """
     done = subprocess.run(
-        [sys.executable, "-c", _IMPORT_EVERYTHING], capture_output=True, text=True, check=True
+        [sys.executable, "-c", _IMPORT_EVERYTHING], capture_output=True, text=True, check=False
     )
+    assert done.returncode == 0, f"the import of every module failed:\n{done.stderr}"
     report = json.loads(done.stdout)
+    missing = report.pop("missing")
     assert report == {"records": [], "with_handlers": []}
-    assert done.stderr == ""
+    assert done.stderr == "", done.stderr
     assert logging.getLogger("effectguard").handlers == []
+    if missing:
+        needs = ", ".join(f"{module} (needs {name})" for module, name in sorted(missing.items()))
+        pytest.skip(f"checked every module but those of extras not installed: {needs}")
 
 
 def _asserts(path: Path) -> list[str]:

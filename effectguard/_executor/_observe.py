@@ -332,7 +332,8 @@ def notify(observers: tuple[Observer, ...], transition: Transition) -> None:
 logger = logging.getLogger("effectguard.executor")
 
 
-_DOUBT = frozenset({EffectStatus.OUTCOME_UNKNOWN, EffectStatus.QUARANTINED})
+#: Where a call's outcome waits for someone: a warning, once, when it gets there.
+_NEEDS_SOMEONE = frozenset({EffectStatus.QUARANTINED})
 
 
 _SETTLED = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED})
@@ -341,13 +342,22 @@ _SETTLED = frozenset({EffectStatus.CONFIRMED, EffectStatus.REJECTED})
 def level(
     from_status: EffectStatus | None, to_status: EffectStatus, *, final: bool, replayed: bool
 ) -> int:
-    """The level :func:`log_transition` logs such a transition at (the module's docstring)."""
+    """The level :func:`log_transition` logs such a transition at.
+
+    WARNING only where a person is needed: a transition to QUARANTINED. An
+    outcome that becomes unknown is INFO, whether the probe then finds it (the
+    happy path of a lost acknowledgement warns nobody) or a later resume or
+    recovery sweep will. INFO for a confirmation, a rejection and a replay;
+    DEBUG for the rest.
+    """
     if final:
         return logging.INFO if replayed else logging.DEBUG
     if from_status is to_status:
         return logging.DEBUG  # evidence only (a late result): nothing became anything
-    if to_status in _DOUBT:
+    if to_status in _NEEDS_SOMEONE:
         return logging.WARNING
+    if to_status is EffectStatus.OUTCOME_UNKNOWN:
+        return logging.INFO
     if to_status in _SETTLED:
         return logging.INFO
     return logging.DEBUG
