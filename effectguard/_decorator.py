@@ -19,6 +19,7 @@ import inspect
 import itertools
 import os
 import re
+import shlex
 import string
 import types
 import weakref
@@ -838,7 +839,7 @@ class Tool:
                 executor, contract, arguments, handler, as_result=as_result, wait=wait
             )
         result = executor.execute(contract, arguments, handler, wait_for_peer=wait)
-        return result if as_result else outcome_of(result)
+        return result if as_result else outcome_of(result, executor)
 
 
 async def _run_async(
@@ -851,14 +852,28 @@ async def _run_async(
     wait: float,
 ) -> Any:
     result = await executor.execute_async(contract, arguments, handler, wait_for_peer=wait)
-    return result if as_result else outcome_of(result)
+    return result if as_result else outcome_of(result, executor)
 
 
-def outcome_of(result: EffectResult[Any]) -> Any:
+def ledger_reference(ledger: object) -> str:
+    """What ``agent-effect-ops --db`` takes to open ``ledger``, quoted for a shell.
+
+    A file ledger (SQLite) is named by its absolute path; any other by the
+    placeholder ``LEDGER_URL``, so no connection string (which can hold a
+    password) ever lands in an error message, a log or a checkpoint.
+    """
+    path = getattr(ledger, "path", None)
+    if isinstance(path, os.PathLike):
+        return shlex.quote(os.path.abspath(path))  # noqa: PTH100 - any PathLike, not only Path
+    return "LEDGER_URL"
+
+
+def outcome_of(result: EffectResult[Any], executor: EffectExecutor | None = None) -> Any:
     """Return a CONFIRMED result's output; raise the exception that says why there is none.
 
     When the handler raised in this call, the exception raised here chains it
-    (``raise … from``), so the traceback shows the handler's own failure.
+    (``raise … from``), so the traceback shows the handler's own failure. Its
+    message names ``executor``'s ledger in the commands it suggests.
     """
     status = result.status
     if status is EffectStatus.CONFIRMED:
@@ -867,15 +882,16 @@ def outcome_of(result: EffectResult[Any]) -> Any:
         reason = result.reason or f"operation {result.operation_id!r} was rejected"
         raise EffectRejected(reason, evidence=result.evidence, result=result)
     error: EffectNotConfirmed
+    ledger = "LEDGER" if executor is None else ledger_reference(executor.ledger)
     if status is EffectStatus.QUARANTINED:
-        error = EffectQuarantined(result)
+        error = EffectQuarantined(result, ledger=ledger)
     elif status is EffectStatus.PREPARED and not result.replayed:
         reason = f"operation {result.operation_id!r} was not sent: {result.reason}"
         error = EffectNotSent(reason, evidence=result.evidence, result=result)
     elif status in (EffectStatus.PREPARED, EffectStatus.DISPATCHED, EffectStatus.RECONCILING):
-        error = EffectInProgress(result)
+        error = EffectInProgress(result, ledger=ledger)
     else:
-        error = EffectOutcomeUnknown(result)
+        error = EffectOutcomeUnknown(result, ledger=ledger)
     raise error from result.handler_error
 
 

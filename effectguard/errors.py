@@ -235,17 +235,23 @@ class EffectNotConfirmed(EffectGuardError):
     is unknown, quarantined for an operator, or still in another worker's hands.
     """
 
-    def __init__(self, result: EffectResult[Any]) -> None:
+    def __init__(self, result: EffectResult[Any], *, ledger: str = "LEDGER") -> None:
+        """``ledger`` is what ``agent-effect-ops --db`` takes to open the operation's ledger.
+
+        The decorator names a SQLite ledger by its absolute path and any other
+        by ``LEDGER_URL`` (a connection string can hold a password).
+        """
         self.result = result
         reason = f": {result.reason}" if result.reason else ""
         message = f"operation {result.operation_id!r} is {result.status.value}{reason}"
-        super().__init__(f"{message}. {self.next_step(shlex.quote(result.operation_id))}")
+        step = self.next_step(shlex.quote(result.operation_id), ledger)
+        super().__init__(f"{message}. {step}")
 
     @staticmethod
-    def next_step(operation: str) -> str:
-        """What to do about it, for operation id ``operation`` (quoted for a shell)."""
+    def next_step(operation: str, ledger: str = "LEDGER") -> str:
+        """What to do about ``operation`` (shell-quoted) in the ledger ``--db ledger`` opens."""
         return (
-            f"Call again later to reconcile it; `agent-effect-ops --db LEDGER show {operation}` "
+            f"Call again later to reconcile it; `agent-effect-ops --db {ledger} show {operation}` "
             "shows what is known"
         )
 
@@ -254,11 +260,11 @@ class EffectOutcomeUnknown(EffectNotConfirmed):
     """The effect may or may not have happened; a later call reconciles it."""
 
     @staticmethod
-    def next_step(operation: str) -> str:
+    def next_step(operation: str, ledger: str = "LEDGER") -> str:
         """See :meth:`EffectNotConfirmed.next_step`."""
         return (
             "Nothing is resent blindly: call again later and it is reconciled with the "
-            f"provider's evidence; `agent-effect-ops --db LEDGER show {operation}` shows "
+            f"provider's evidence; `agent-effect-ops --db {ledger} show {operation}` shows "
             "what is known"
         )
 
@@ -267,13 +273,13 @@ class EffectQuarantined(EffectNotConfirmed):
     """The outcome cannot be settled automatically; an operator must resolve it."""
 
     @staticmethod
-    def next_step(operation: str) -> str:
+    def next_step(operation: str, ledger: str = "LEDGER") -> str:
         """See :meth:`EffectNotConfirmed.next_step`."""
         return (
-            "An operator must resolve it: `agent-effect-ops --db LEDGER show "
+            f"An operator must resolve it: `agent-effect-ops --db {ledger} show "
             f"{operation}` shows the evidence; check the provider's records, then run "
-            f"`agent-effect-ops --db LEDGER confirm {operation} ...` if it took effect "
-            f"or `agent-effect-ops --db LEDGER authorize-retry {operation} ...` if it did not"
+            f"`agent-effect-ops --db {ledger} confirm {operation} ...` if it took effect "
+            f"or `agent-effect-ops --db {ledger} authorize-retry {operation} ...` if it did not"
         )
 
 
@@ -281,7 +287,7 @@ class EffectInProgress(EffectNotConfirmed):
     """Another worker holds a live lease on the operation and may be dispatching it."""
 
     @staticmethod
-    def next_step(operation: str) -> str:  # noqa: ARG004 - same signature as the others
+    def next_step(operation: str, ledger: str = "LEDGER") -> str:  # noqa: ARG004 - same signature as the others
         """See :meth:`EffectNotConfirmed.next_step`."""
         return "Another worker is handling it: call again later to receive its outcome"
 

@@ -36,7 +36,7 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 import effectguard
-from effectguard import INJECTED, EffectLedger, effect
+from effectguard import INJECTED, EffectLedger, OperationConflictError, effect
 from effectguard.adapters.mcp import PENDING_META_KEY, register
 from effectguard.testkit import FakePaymentProvider, Fault, Lookup
 
@@ -118,4 +118,8 @@ if __name__ == "__main__":
     # effectguard installs no log handler; this one prints each event it logs as one short line.
     logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
     logging.getLogger("effectguard").setLevel(logging.INFO)
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except OperationConflictError as conflict:  # --ledger holds an earlier, other request
+        print(f"error: {conflict}", file=sys.stderr)
+        sys.exit(1)

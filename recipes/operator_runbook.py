@@ -34,7 +34,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from effectguard import EffectExecutor, OutcomeProbeResult, effect, open_ledger
+from effectguard import (
+    EffectExecutor,
+    OperationConflictError,
+    OutcomeProbeResult,
+    effect,
+    open_ledger,
+)
 from effectguard.runtime import (
     AgentRuntime,
     RunState,
@@ -49,6 +55,13 @@ def _here() -> Path:
     """Where the provider's state, the ledger and the checkpoints live: one fresh directory."""
     if not os.environ.get("RUNBOOK_DIR"):
         given = sys.argv[1] if __name__ == "__main__" and len(sys.argv) > 1 else None
+        if given is not None and not Path(given).is_dir():
+            print(
+                f"operator_runbook.py: {given!r} is not a directory: create it first, or run"
+                " without an argument for a fresh temporary one",
+                file=sys.stderr,
+            )
+            sys.exit(2)
         os.environ["RUNBOOK_DIR"] = given or tempfile.mkdtemp(prefix="runbook-")
     return Path(os.environ["RUNBOOK_DIR"])
 
@@ -151,4 +164,8 @@ if __name__ == "__main__":
     # effectguard installs no log handler; this one prints each event it logs as one short line.
     logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(message).100s")
     logging.getLogger("effectguard").setLevel(logging.INFO)
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except OperationConflictError as conflict:  # DIRECTORY holds an earlier, other request
+        print(f"error: {conflict} (or run it in a new directory)", file=sys.stderr)
+        sys.exit(1)

@@ -39,12 +39,13 @@ for module in pkgutil.walk_packages(effectguard.__path__, "effectguard.", skip_u
         continue
     try:
         importlib.import_module(module.name)
-    except ModuleNotFoundError as exc:
+    except ImportError as exc:  # the adapters raise ImportError naming their extra
         # An optional extra's module without its extra: said, not hidden. A module of
         # effectguard's own that is missing is a real failure.
-        if exc.name is None or exc.name.split(".")[0] == "effectguard":
+        name = exc.name or getattr(exc.__cause__, "name", None)
+        if name is None or name.split(".")[0] == "effectguard":
             raise
-        missing[module.name] = exc.name
+        missing[module.name] = name
 loggers = [
     name for name, logger in logging.root.manager.loggerDict.items()
     if name.startswith("effectguard") and isinstance(logger, logging.Logger) and logger.handlers

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from effectguard._decorator import executor_of, operation_id_of
+from effectguard._decorator import executor_of, ledger_reference, operation_id_of
 from effectguard._describe import PublicSignature, public_signature, require_effect
 from effectguard._model import EffectResult, EffectStatus, OperationRecord
 from effectguard._scope import CallScope, call_scope
@@ -44,7 +44,6 @@ from effectguard.errors import (
     OperationNotFoundError,
     OutputNotStored,
 )
-from effectguard.ledger.sqlite import SQLiteEffectLedger
 
 __all__ = [
     "PENDING_KIND",
@@ -180,12 +179,7 @@ def operator_command(fn: Any, operation_id: str) -> str:
     placeholder ``LEDGER_URL``, so no connection string (and no password)
     ever lands in a payload a framework checkpoints.
     """
-    ledger = executor_of(fn).ledger
-    target = (
-        shlex.quote(str(ledger.path.resolve()))
-        if isinstance(ledger, SQLiteEffectLedger)
-        else "LEDGER_URL"
-    )
+    target = ledger_reference(executor_of(fn).ledger)
     return (
         f"agent-effect-ops --db {target} confirm {shlex.quote(operation_id)} "
         "--output-json JSON --provider-operation-id ID "

@@ -222,9 +222,9 @@ def parse_status(
     param: click.Parameter,  # noqa: ARG001 - Click's callback signature
     value: str | None,
 ) -> EffectStatus | None:
-    """Option callback: the status named by ``value`` in any case, or a one-line usage error."""
+    """Option callback: the status ``value`` names in any case (``all``: any), or a usage error."""
     # A callback rather than a ParamType subclass: ParamType is generic only in newer Click.
-    if value is None:
+    if value is None or value.strip().lower() == "all":  # as `runs list --status all` takes it
         return None
     # Imported on use: the model is not needed to print --help.
     from effectguard import EffectStatus  # noqa: PLC0415 - see above

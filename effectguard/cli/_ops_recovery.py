@@ -115,7 +115,21 @@ def _print_report(report: RecoveryReport, *, as_json: bool) -> None:
     label = "would change" if report.dry_run else "changed"
     click.echo(
         f"probed {len(report.probed)}, {label} {len(report.changed)}, "
-        f"skipped {len(report.skipped)}, deferred {report.deferred}"
+        f"skipped {len(report.skipped)}, deferred {report.deferred}" + _why_none(report)
+    )
+
+
+def _why_none(report: RecoveryReport) -> str:
+    """Why nothing was probed, when nothing was: the next step, in a few words."""
+    if report.probed or report.errors:
+        return ""
+    if report.skipped:
+        return " (every candidate was skipped, each for the reason above)"
+    if report.deferred:
+        return " (each candidate waits out its backoff: run it again later, or reprobe OP now)"
+    return (
+        " (nothing to probe: no operation in these statuses, or none nobody holds;"
+        " `list --status all` shows what the ledger holds)"
     )
 
 

@@ -116,7 +116,7 @@ def main(ctx: click.Context, target: str | None, busy_timeout: float) -> None:
     "--status",
     metavar="STATUS",
     callback=parse_status,
-    help="Only this status, in any case (quarantined, outcome-unknown…).",
+    help="Only this status, in any case (quarantined, outcome-unknown…); all: every one.",
 )
 @click.option("--contract", metavar="NAME", help="Only operations of this contract.")
 @click.option("--limit", type=LIMIT, default=100, show_default=True, metavar="N")

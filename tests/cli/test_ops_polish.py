@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 from ops_helpers import quarantined_file
+from recovery_support import TOOLS_MODULE, leave_uncertain, make_site
+
+from effectguard import open_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +108,31 @@ def test_events_fit_the_terminal_and_wide_shows_everything(tmp_path: Path) -> No
     assert max(len(line) for line in wide.stdout.splitlines()) > 80
     assert '"probe":null' in wide.stdout
     assert '"probe":null' not in fitted.stdout
+
+
+def test_list_status_all_lists_every_status_as_runs_list_does(tmp_path: Path) -> None:
+    """`list --status all` (any case) is no filter, where it used to be refused."""
+    ledger = quarantined_file(tmp_path)
+
+    every = _ops("--db", str(ledger), "list", "--json")
+    for spelling in ("all", "ALL"):
+        done = _ops("--db", str(ledger), "list", "--status", spelling, "--json")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == every.stdout
+    assert "invoice:INV-1042:capture" in every.stdout
+
+
+def test_reconcile_that_probes_nothing_says_why(tmp_path: Path) -> None:
+    """'probed 0' comes with the reason and the next step, not alone."""
+    site = make_site(tmp_path, str(tmp_path / "ledger.db"))
+    ledger = open_ledger(site.target)
+    try:
+        leave_uncertain(site, ledger)  # QUARANTINED: not among the statuses asked for below
+    finally:
+        ledger.close()
+
+    done = site.ops("reconcile", "--tools", TOOLS_MODULE, "--status", "outcome-unknown")
+
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith("probed 0, changed 0, skipped 0, deferred 0 (nothing to probe")
+    assert "`list --status all` shows what the ledger holds" in last

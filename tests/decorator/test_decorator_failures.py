@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shlex
 from typing import Any
 
 import pytest
@@ -60,7 +61,9 @@ def test_a_plain_bug_is_chained_named_and_says_what_to_do(ledger, driver):
     assert "NameError: name 'undefined_name' is not defined" in message
     assert "may already have sent" in message
     assert "does not guarantee idempotency" in message
-    assert f"agent-effect-ops --db LEDGER show {OPERATION}" in message
+    path = getattr(ledger, "path", None)  # the ledger is named: a file by its path
+    named = "LEDGER_URL" if path is None else shlex.quote(str(path.resolve()))
+    assert f"agent-effect-ops --db {named} show {OPERATION}" in message
     assert "confirm" in message
     assert "authorize-retry" in message
     result = error.result

@@ -31,3 +31,25 @@ def test_the_runbook_resumes_the_run_with_one_capture(tmp_path: Path) -> None:
     assert "run pay-INV-7 COMPLETED - captures at the provider: 1" in done.stdout
     provider = FakePaymentProvider(path=tmp_path / "provider.db")
     assert provider.committed() == 1
+
+
+def test_a_missing_directory_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """DIRECTORY that does not exist: one line naming it and the next step, nothing created."""
+    env = {k: v for k, v in os.environ.items() if k not in {"RUNBOOK_DIR", "EFFECTGUARD_TOOLS"}}
+    missing = tmp_path / "not-there"
+    done = subprocess.run(
+        [sys.executable, str(RECIPE), str(missing)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+    assert done.returncode == 2, done.stdout + done.stderr
+    expected = (
+        f"operator_runbook.py: {str(missing)!r} is not a directory: create it first, or run"
+        " without an argument for a fresh temporary one"
+    )
+    assert done.stderr.splitlines() == [expected]
+    assert not missing.exists()
