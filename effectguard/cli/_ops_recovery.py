@@ -126,7 +126,7 @@ def _why_none(report: RecoveryReport) -> str:
     if report.skipped:
         return " (every candidate was skipped, each for the reason above)"
     if report.deferred:
-        return " (each candidate waits out its backoff: run it again later, or reprobe OP now)"
+        return " (each waits out its backoff: run it again later, or reprobe OP)"
     return (
         " (nothing to probe: no operation in these statuses, or none nobody holds;"
         " `list --status all` shows what the ledger holds)"

@@ -259,8 +259,9 @@ def test_reconcile_watch_sweeps_again_backing_off_per_operation(site: Site) -> N
         watcher.terminate()
         watcher.wait(30)
 
+    backing_off = "(each waits out its backoff: run it again later, or reprobe OP)"
     assert summaries == [
         "probed 1, changed 0, skipped 0, deferred 0",
-        "probed 0, changed 0, skipped 0, deferred 1",
+        f"probed 0, changed 0, skipped 0, deferred 1 {backing_off}",
     ]
     assert site.provider.committed() == 0
