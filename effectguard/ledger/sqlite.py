@@ -238,6 +238,30 @@ class Found(NamedTuple):
     tables: int
 
 
+def _bind_as_is() -> None:
+    """Bind None and bytes without the driver's failed adapter search.
+
+    Python's ``sqlite3`` binds int, float and str directly, but looks for an
+    adapter for any other value: for None and bytes (a hash, the many NULL
+    columns of a write) that search ends in an AttributeError whose message is
+    formatted and dropped, several per write. An adapter that returns the
+    value itself binds exactly what it bound before (NULL, the BLOB), found in
+    one dictionary look-up. Registered only for a type nobody adapts yet: an
+    application's own adapter applies to every connection, as it always did.
+    """
+    protocol = sqlite3.PrepareProtocol
+    as_is: dict[type, Callable[[Any], Any]] = {
+        type(None): {}.get,  # {}.get(None) is None: a C call that returns the value
+        bytes: bytes.__bytes__,  # the very bytes object
+    }
+    for kind, adapter in as_is.items():
+        if (kind, protocol) not in sqlite3.adapters:
+            sqlite3.register_adapter(kind, adapter)
+
+
+_bind_as_is()
+
+
 def connect(target: str | Path, busy_timeout: float, factory: type[C]) -> C:
     """Open ``target`` (a path, or a ``file:`` URI given as a str) for explicit transactions.
 
