@@ -102,16 +102,18 @@ class LeaseKeeper:
         now: Callable[[], float | None],
     ) -> Renewal:
         """Keep the lease renewed until :meth:`stop` is called with the returned handle."""
-        renewal = Renewal(ledger, operation_id, token, seconds, now)
-        renewal.due = time.monotonic() + seconds / 3
+        due = time.monotonic() + seconds / 3
+        renewal = Renewal(ledger, operation_id, token, seconds, now, due)
         with self._condition:
-            self._push(renewal)
-            if self._thread is None or not self._thread.is_alive():
+            queue = self._queue
+            heapq.heappush(queue, (due, next(self._sequence), renewal))  # _push, inline
+            # The keeper clears _thread as it ends (and a fork's reset does): no is_alive() here.
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="effectguard-lease-keeper", daemon=True
                 )
                 self._thread.start()
-            elif self._queue[0][2] is renewal:
+            elif queue[0][2] is renewal:
                 # Due before everything queued: the keeper must wake earlier than it planned.
                 self._condition.notify()
         return renewal
@@ -135,13 +137,19 @@ class LeaseKeeper:
             self._condition.wait(delay)
 
     def _run(self) -> None:
-        while True:
-            with self._condition:
-                renewal = self._next_due()
-            self._renew(renewal)
-            if not renewal.stopped and not renewal.lost:
+        try:
+            while True:
                 with self._condition:
-                    self._push(renewal)
+                    renewal = self._next_due()
+                self._renew(renewal)
+                if not renewal.stopped and not renewal.lost:
+                    with self._condition:
+                        self._push(renewal)
+        finally:
+            # However it ends, the next start() starts another keeper.
+            with self._condition:
+                if self._thread is threading.current_thread():
+                    self._thread = None
 
     @staticmethod
     def _renew(renewal: Renewal) -> None:

@@ -566,7 +566,7 @@ class GroupCommit:
         other write is queued or being committed, it runs at once, outside any
         batch, and its statement is its own commit.
         """
-        if self._pid != os.getpid():
+        if self._pid != _PID[0]:  # os.getpid(), kept by an after-fork hook
             self._forked()
         if standalone:
             alone = False
@@ -2265,7 +2265,8 @@ class _LoneWrite:
             known.operation_id,
             known.event_count,
             known.lease_token,
-            changes.status.value,
+            # ``_value_``: what ``.value`` returns, without its two-call property.
+            changes.status._value_,
             attempts,
             budget,
             output,
@@ -2280,9 +2281,9 @@ class _LoneWrite:
             now_us,
             count,
             head,
-            event.type.value,
-            None if event.from_status is None else event.from_status.value,
-            event.to_status.value,
+            event.type._value_,
+            None if event.from_status is None else event.from_status._value_,
+            event.to_status._value_,
             event.attempt,
             event_evidence,
             commits_text,
