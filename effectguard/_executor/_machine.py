@@ -130,6 +130,7 @@ _new_operation = frozen_builder(NewOperation)
 _new_lease = frozen_builder(Lease)
 _new_expect = frozen_builder(Expect)
 _new_event = frozen_builder(EventDraft)
+_new_changes = frozen_builder(Changes)
 
 _DISPATCHED = EffectStatus.DISPATCHED
 _CONFIRMED = EffectStatus.CONFIRMED
@@ -1420,16 +1421,20 @@ def confirmation(
 ) -> tuple[Expect, Changes, EventDraft]:
     """The fenced write that confirms an attempt whose handler returned ``stored``.
 
-    An output that cannot be stored still confirms: the handler returned.
+    An output that cannot be stored still confirms: the handler returned. The
+    change and event are :func:`~effectguard.ledger._protocol.to_confirmed`'s,
+    built positionally on every fresh call (a test holds the two equal).
     """
-    changes, event = to_confirmed(
-        _DISPATCHED,
-        attempt,
-        output_json=stored.json,
-        provider_operation_id=stored.provider_operation_id,
-        reason=stored.note,
-        evidence=stored.evidence({"handler": outcome.describe()}),
+    handler = {"handler": outcome.describe()}
+    if stored.not_stored is None:
+        evidence, reason = handler, None
+    else:
+        evidence, reason = stored.evidence(handler), stored.note
+    output, provider_id = stored.json, stored.provider_operation_id
+    changes = _new_changes(
+        _CONFIRMED, None, UNSET, UNSET, output, provider_id, reason, evidence, ()
     )
+    event = _new_event(EventType.CONFIRMED, _DISPATCHED, _CONFIRMED, attempt, evidence)
     return _new_expect(None, token, False, None), changes, event  # noqa: FBT003 - positional fields
 
 

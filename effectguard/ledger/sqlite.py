@@ -1917,7 +1917,11 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
             and len(events) == 1
             and not expect.lease_expired
             and known.operation_id == operation_id
-            and describe_mismatch(known, expect, lease_expired=not known.lease_live) is None
+            # describe_mismatch(known, expect, ...) is None, written out (it is every
+            # confirmation's check, and lease_expired is False here, so expiry is not asked).
+            and (expect.statuses is None or known.status in expect.statuses)
+            and (expect.lease_token is UNSET or known.lease_token == expect.lease_token)
+            and (expect.event_count is None or known.event_count == expect.event_count)
         )
         lone = _LoneWrite(known, changes, events[0], now_us) if fast and known else None
 
