@@ -84,7 +84,9 @@ class LeaseKeeper:
     """
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
+        # start() takes the lock itself (a C context manager); the condition is over it.
+        self._lock = threading.Lock()
+        self._condition = threading.Condition(self._lock)
         # (due, sequence, renewal): tuples compare in C; the sequence breaks ties.
         self._queue: list[tuple[float, int, Renewal]] = []
         self._sequence = itertools.count()
@@ -104,7 +106,7 @@ class LeaseKeeper:
         """Keep the lease renewed until :meth:`stop` is called with the returned handle."""
         due = time.monotonic() + seconds / 3
         renewal = Renewal(ledger, operation_id, token, seconds, now, due)
-        with self._condition:
+        with self._lock:  # the condition's lock
             queue = self._queue
             heapq.heappush(queue, (due, next(self._sequence), renewal))  # _push, inline
             # The keeper clears _thread as it ends (and a fork's reset does): no is_alive() here.
@@ -169,7 +171,8 @@ class LeaseKeeper:
 
     def reset(self) -> None:
         """Forget every renewal: in a child after ``fork()``, the parent's leases are not ours."""
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
+        self._condition = threading.Condition(self._lock)
         self._queue = []
         self._sequence = itertools.count()
         self._thread = None

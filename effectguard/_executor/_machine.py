@@ -1950,7 +1950,12 @@ class EffectExecutor:
         result ("another worker is handling it"). The wait is the first of
         ``wait_for_peer``, the contract's, the executor's that is set, else 0.
         """
-        if _coroutine_function(handler):
+        # _coroutine_function(handler), its plain-function case inline.
+        if (
+            handler.__code__.co_flags & inspect.CO_COROUTINE
+            if type(handler) is FunctionType
+            else _coroutine_function(handler)
+        ):
             msg = "handler is a coroutine function; use execute_async"
             raise TypeError(msg)
         call = self._prepare(contract, arguments, handler, wait_for_peer)
@@ -2133,7 +2138,10 @@ class EffectExecutor:
         if type(arguments) is not dict and not isinstance(arguments, Mapping):
             msg = f"arguments must be a mapping of parameter names, not {type(arguments).__name__}"
             raise TypeError(msg)
-        wait = _peer_wait(contract, self.wait_for_peer, wait_for_peer)
+        if wait_for_peer is None and contract.wait_for_peer is None:  # _peer_wait's last case
+            wait = 0.0 if self.wait_for_peer is None else self.wait_for_peer
+        else:
+            wait = _peer_wait(contract, self.wait_for_peer, wait_for_peer)
         arguments = dict(arguments)
         # Before the contract's callables see them, and before anything is recorded: a
         # lone surrogate or a 100,000-deep value would otherwise fail half-way through.
