@@ -60,8 +60,22 @@ def check_json_value(value: Any, path: str = "$", *, max_depth: int = MAX_JSON_D
     That includes a string (value or key) holding a lone surrogate and lists or
     objects nested more than ``max_depth`` levels deep.
     """
-    if not _plainly_valid(value, max_depth):
-        _check(value, path, max_depth, max_depth)
+    if type(value) is dict and max_depth > 0:
+        # _plainly_valid of a dict (arguments, evidence: most checks), its first level inline.
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii():
+                break
+            kind = type(item)
+            if kind is str:
+                if not item.isascii():
+                    break
+            elif kind not in _PLAIN and not _plainly_valid(item, max_depth - 1):
+                break
+        else:
+            return
+    elif _plainly_valid(value, max_depth):
+        return
+    _check(value, path, max_depth, max_depth)
 
 
 def operation_id_problem(operation_id: object) -> str | None:
@@ -77,7 +91,7 @@ def operation_id_problem(operation_id: object) -> str | None:
         return f"must contain a non-whitespace character, not {operation_id!r}"
     if "\x00" in operation_id:
         return f"must not contain a NUL character (\\x00): {operation_id!r}"
-    if not has_utf8(operation_id):
+    if not operation_id.isascii() and not has_utf8(operation_id):
         return f"must not contain a lone surrogate (it has no UTF-8 form): {operation_id!r}"
     return None
 

@@ -84,7 +84,9 @@ class LeaseKeeper:
     """
 
     def __init__(self) -> None:
-        self._condition = threading.Condition()
+        # start() takes the lock itself (a C context manager); the condition is over it.
+        self._lock = threading.Lock()
+        self._condition = threading.Condition(self._lock)
         # (due, sequence, renewal): tuples compare in C; the sequence breaks ties.
         self._queue: list[tuple[float, int, Renewal]] = []
         self._sequence = itertools.count()
@@ -102,16 +104,18 @@ class LeaseKeeper:
         now: Callable[[], float | None],
     ) -> Renewal:
         """Keep the lease renewed until :meth:`stop` is called with the returned handle."""
-        renewal = Renewal(ledger, operation_id, token, seconds, now)
-        renewal.due = time.monotonic() + seconds / 3
-        with self._condition:
-            self._push(renewal)
-            if self._thread is None or not self._thread.is_alive():
+        due = time.monotonic() + seconds / 3
+        renewal = Renewal(ledger, operation_id, token, seconds, now, due)
+        with self._lock:  # the condition's lock
+            queue = self._queue
+            heapq.heappush(queue, (due, next(self._sequence), renewal))  # _push, inline
+            # The keeper clears _thread as it ends (and a fork's reset does): no is_alive() here.
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="effectguard-lease-keeper", daemon=True
                 )
                 self._thread.start()
-            elif self._queue[0][2] is renewal:
+            elif queue[0][2] is renewal:
                 # Due before everything queued: the keeper must wake earlier than it planned.
                 self._condition.notify()
         return renewal
@@ -135,13 +139,19 @@ class LeaseKeeper:
             self._condition.wait(delay)
 
     def _run(self) -> None:
-        while True:
-            with self._condition:
-                renewal = self._next_due()
-            self._renew(renewal)
-            if not renewal.stopped and not renewal.lost:
+        try:
+            while True:
                 with self._condition:
-                    self._push(renewal)
+                    renewal = self._next_due()
+                self._renew(renewal)
+                if not renewal.stopped and not renewal.lost:
+                    with self._condition:
+                        self._push(renewal)
+        finally:
+            # However it ends, the next start() starts another keeper.
+            with self._condition:
+                if self._thread is threading.current_thread():
+                    self._thread = None
 
     @staticmethod
     def _renew(renewal: Renewal) -> None:
@@ -161,7 +171,8 @@ class LeaseKeeper:
 
     def reset(self) -> None:
         """Forget every renewal: in a child after ``fork()``, the parent's leases are not ours."""
-        self._condition = threading.Condition()
+        self._lock = threading.Lock()
+        self._condition = threading.Condition(self._lock)
         self._queue = []
         self._sequence = itertools.count()
         self._thread = None

@@ -27,7 +27,6 @@ import inspect
 import logging
 import os
 import random
-import secrets
 import threading
 import time
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
@@ -131,6 +130,7 @@ _new_operation = frozen_builder(NewOperation)
 _new_lease = frozen_builder(Lease)
 _new_expect = frozen_builder(Expect)
 _new_event = frozen_builder(EventDraft)
+_new_changes = frozen_builder(Changes)
 
 _DISPATCHED = EffectStatus.DISPATCHED
 _CONFIRMED = EffectStatus.CONFIRMED
@@ -573,7 +573,8 @@ _OWNERS: dict[int, LeaseOwner] = {}
 
 def _token() -> str:
     """A new lease token: random, and unique among the leases of every process."""
-    return secrets.token_hex(8)
+    # secrets.token_hex(8), which is os.urandom(8).hex() three calls down.
+    return os.urandom(8).hex()
 
 
 class StateMachine:
@@ -1420,16 +1421,20 @@ def confirmation(
 ) -> tuple[Expect, Changes, EventDraft]:
     """The fenced write that confirms an attempt whose handler returned ``stored``.
 
-    An output that cannot be stored still confirms: the handler returned.
+    An output that cannot be stored still confirms: the handler returned. The
+    change and event are :func:`~effectguard.ledger._protocol.to_confirmed`'s,
+    built positionally on every fresh call (a test holds the two equal).
     """
-    changes, event = to_confirmed(
-        _DISPATCHED,
-        attempt,
-        output_json=stored.json,
-        provider_operation_id=stored.provider_operation_id,
-        reason=stored.note,
-        evidence=stored.evidence({"handler": outcome.describe()}),
+    handler = {"handler": outcome.describe()}
+    if stored.not_stored is None:
+        evidence, reason = handler, None
+    else:
+        evidence, reason = stored.evidence(handler), stored.note
+    output, provider_id = stored.json, stored.provider_operation_id
+    changes = _new_changes(
+        _CONFIRMED, None, UNSET, UNSET, output, provider_id, reason, evidence, ()
     )
+    event = _new_event(EventType.CONFIRMED, _DISPATCHED, _CONFIRMED, attempt, evidence)
     return _new_expect(None, token, False, None), changes, event  # noqa: FBT003 - positional fields
 
 
@@ -1945,7 +1950,12 @@ class EffectExecutor:
         result ("another worker is handling it"). The wait is the first of
         ``wait_for_peer``, the contract's, the executor's that is set, else 0.
         """
-        if _coroutine_function(handler):
+        # _coroutine_function(handler), its plain-function case inline.
+        if (
+            handler.__code__.co_flags & inspect.CO_COROUTINE
+            if type(handler) is FunctionType
+            else _coroutine_function(handler)
+        ):
             msg = "handler is a coroutine function; use execute_async"
             raise TypeError(msg)
         call = self._prepare(contract, arguments, handler, wait_for_peer)
@@ -2128,7 +2138,10 @@ class EffectExecutor:
         if type(arguments) is not dict and not isinstance(arguments, Mapping):
             msg = f"arguments must be a mapping of parameter names, not {type(arguments).__name__}"
             raise TypeError(msg)
-        wait = _peer_wait(contract, self.wait_for_peer, wait_for_peer)
+        if wait_for_peer is None and contract.wait_for_peer is None:  # _peer_wait's last case
+            wait = 0.0 if self.wait_for_peer is None else self.wait_for_peer
+        else:
+            wait = _peer_wait(contract, self.wait_for_peer, wait_for_peer)
         arguments = dict(arguments)
         # Before the contract's callables see them, and before anything is recorded: a
         # lone surrogate or a 100,000-deep value would otherwise fail half-way through.

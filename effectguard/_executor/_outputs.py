@@ -14,14 +14,20 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from effectguard._codec import TAGGED, Unstorable, holds_no_tag
 from effectguard._contract import EffectContract
 from effectguard._executor._observe import Observer, Transition, listening, notify
-from effectguard._fingerprint import canonical_json, check_json_value, checked_json, read_json
+from effectguard._fingerprint import (
+    MAX_JSON_DEPTH,
+    canonical_json,
+    check_json_value,
+    checked_json,
+    read_json,
+)
 from effectguard._model import EffectResult, EffectStatus, OperationRecord, frozen_builder
 from effectguard.errors import ConfigurationError, LedgerIntegrityError
 from effectguard.ledger import _chain as committed
@@ -99,7 +105,15 @@ def store(contract: EffectContract, output: Any) -> Stored | str:
             return f"the postcondition raised {type(exc).__name__}: {exc}"
         if not holds:
             return "the output fails the postcondition"
-    provider_operation_id = _provider_operation_id(contract, output)
+    provider_operation_id = (
+        None if contract.provider_operation_id is None else _provider_operation_id(contract, output)
+    )
+    if contract.codec is None and _plain(output, MAX_JSON_DEPTH):
+        # The default codec returns plain data as it is and check_json_value passes it, so
+        # its text is the same; unless a key may be a tag ("$..."): then the general path.
+        text = checked_json(output)
+        if "$" not in text and len(text) <= contract.max_output_bytes:  # ASCII: chars = bytes
+            return Stored(text, provider_operation_id)
     try:
         codec = TAGGED if contract.codec is None else contract.codec
         encoded = codec.encode(output)
@@ -117,6 +131,44 @@ def store(contract: EffectContract, output: Any) -> Stored | str:
         mark = {"reason": reason, "path": "$", "type": kind, "hint": _SIZE_HINT}
         return Stored(None, provider_operation_id, mark)
     return Stored(text, provider_operation_id)
+
+
+_PLAIN_SCALARS = frozenset({int, bool, type(None)})
+
+
+def _plain(value: Any, depth: int) -> bool:  # noqa: PLR0911 - one return per kind, no frames
+    """True when ``value`` is JSON data the default codec keeps as it is, and valid.
+
+    Exact dicts with ASCII ``str`` keys and exact lists (no tuple: the codec
+    tags it), ``depth`` levels deep at most, of ASCII ``str``, ``int``,
+    ``bool``, None and finite ``float``. False sends the value the general way.
+    """
+    kind = type(value)
+    if kind is dict:
+        if depth <= 0:
+            return False
+        for key in value:  # a loop, not all(<generator>): no frame per dict
+            if type(key) is not str or not key.isascii():
+                return False
+        return _plain_items(value.values(), depth - 1)
+    if kind is list:
+        return depth > 0 and _plain_items(value, depth - 1)
+    if kind is str:
+        return bool(value.isascii())
+    if kind is float:
+        return math.isfinite(value)
+    return kind in _PLAIN_SCALARS
+
+
+def _plain_items(items: Iterable[Any], depth: int) -> bool:
+    """:func:`_plain` of every item; an ASCII str, the commonest, checked in place."""
+    for item in items:
+        if type(item) is str:
+            if not item.isascii():
+                return False
+        elif type(item) not in _PLAIN_SCALARS and not _plain(item, depth):
+            return False
+    return True
 
 
 def _where(exc: Exception, output: Any) -> tuple[str, str]:

@@ -34,6 +34,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar
 
@@ -236,6 +237,30 @@ class Found(NamedTuple):
     application_id: int
     version: int
     tables: int
+
+
+def _bind_as_is() -> None:
+    """Bind None and bytes without the driver's failed adapter search.
+
+    Python's ``sqlite3`` binds int, float and str directly, but looks for an
+    adapter for any other value: for None and bytes (a hash, the many NULL
+    columns of a write) that search ends in an AttributeError whose message is
+    formatted and dropped, several per write. An adapter that returns the
+    value itself binds exactly what it bound before (NULL, the BLOB), found in
+    one dictionary look-up. Registered only for a type nobody adapts yet: an
+    application's own adapter applies to every connection, as it always did.
+    """
+    protocol = sqlite3.PrepareProtocol
+    as_is: dict[type, Callable[[Any], Any]] = {
+        type(None): {}.get,  # {}.get(None) is None: a C call that returns the value
+        bytes: bytes.__bytes__,  # the very bytes object
+    }
+    for kind, adapter in as_is.items():
+        if (kind, protocol) not in sqlite3.adapters:
+            sqlite3.register_adapter(kind, adapter)
+
+
+_bind_as_is()
 
 
 def connect(target: str | Path, busy_timeout: float, factory: type[C]) -> C:
@@ -542,7 +567,7 @@ class GroupCommit:
         other write is queued or being committed, it runs at once, outside any
         batch, and its statement is its own commit.
         """
-        if self._pid != os.getpid():
+        if self._pid != _PID[0]:  # os.getpid(), kept by an after-fork hook
             self._forked()
         if standalone:
             alone = False
@@ -1555,6 +1580,11 @@ class LedgerFile:
             raise self._translated(exc) from exc
 
     def _open_for_write(self) -> Connection:
+        # _open's first lines: this thread's connection, opened in this process, on every write.
+        local = self._local
+        conn: Connection | None = getattr(local, "conn", None)
+        if conn is not None and local.pid == _PID[0] and not self._closed:
+            return conn
         return self._open(write=True)
 
     def close(self) -> None:
@@ -1621,6 +1651,8 @@ _ROW_WRITE = f"INSERT INTO row_writes VALUES ({','.join('?' * 24)})"
 _TOKEN = rows.operation_columns.index("lease_token")
 _EXPIRES = rows.operation_columns.index("lease_expires_us")
 _MICROS = 1_000_000
+#: What :func:`~effectguard.ledger._chain.from_micros` adds microseconds to.
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DISPATCHED = EffectStatus.DISPATCHED
 _CLAIMED_TEXT = EventType.CLAIMED.value
 _DIGEST = 16  # hex digits of a fingerprint a claim commits to (chain.commits_of's rule)
@@ -1724,7 +1756,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
         self, operation: NewOperation, *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
-        work = self._claiming(operation, self._now_us(now))
+        now_us = round((self._clock() if now is None else now) * _MICROS)  # _now_us, inline
+        work = self._claiming(operation, now_us)
         return self._write(work, operation.operation_id, standalone=True)
 
     async def claim_async(
@@ -1746,7 +1779,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
         """
         lease = operation.lease
         token = lease.token
-        owner = _owner_text(lease.owner)
+        last = _LAST_OWNER  # the owner of this process's claims, its text: no call
+        owner = last[1] if lease.owner is last[0] else _owner_text(lease.owner)
         arguments = operation.arguments_json
         if arguments is None:
             arguments = canonical_json(dict(operation.arguments))
@@ -1796,7 +1830,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
                 conn.execute(_CLAIM, values)
             except sqlite3.IntegrityError as exc:
                 return self._found(conn, operation, now_us, exc), False
-            created = from_micros(now_us)
+            created = _EPOCH + timedelta(0, 0, now_us)  # from_micros, inline
             record = build_record(
                 operation.operation_id,
                 operation.contract,
@@ -1813,7 +1847,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
                 {},
                 token,
                 lease.owner,
-                from_micros(expires),
+                _EPOCH + timedelta(0, 0, expires),
                 True,  # noqa: FBT003 - OperationRecord's positional fields, in order
                 (),
                 created,
@@ -1853,7 +1887,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
         known: OperationRecord | None = None,
     ) -> OperationRecord:
         """See :meth:`EffectLedger.transition`."""
-        work = self._transitioning(operation_id, expect, changes, events, self._now_us(now), known)
+        now_us = round((self._clock() if now is None else now) * _MICROS)  # _now_us, inline
+        work = self._transitioning(operation_id, expect, changes, events, now_us, known)
         return self._write(work, operation_id, standalone=True)
 
     async def transition_async(
@@ -1893,7 +1928,11 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
             and len(events) == 1
             and not expect.lease_expired
             and known.operation_id == operation_id
-            and describe_mismatch(known, expect, lease_expired=not known.lease_live) is None
+            # describe_mismatch(known, expect, ...) is None, written out (it is every
+            # confirmation's check, and lease_expired is False here, so expiry is not asked).
+            and (expect.statuses is None or known.status in expect.statuses)
+            and (expect.lease_token is UNSET or known.lease_token == expect.lease_token)
+            and (expect.event_count is None or known.event_count == expect.event_count)
         )
         lone = _LoneWrite(known, changes, events[0], now_us) if fast and known else None
 
@@ -1972,7 +2011,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
         checked against is almost always its last event.
         """
         check_operation_id(operation_id)
-        now_us = self._now_us(now)
+        now_us = round((self._clock() if now is None else now) * _MICROS)  # _now_us, inline
 
         def work(conn: Connection) -> tuple[OperationRecord | None, str | None]:
             row = conn.execute(_SELECT_CHECKED, (operation_id,)).fetchone()
@@ -2147,6 +2186,7 @@ _OWNER_TEXTS: dict[LeaseOwner, str] = {}
 
 def _owner_text(owner: LeaseOwner | None) -> str | None:
     """``owner_text(owner)``, remembered: the same owner is written on every claim."""
+    global _LAST_OWNER  # noqa: PLW0603 - one tuple, replaced whole: a reader sees a matched pair
     if owner is None:
         return None
     text = _OWNER_TEXTS.get(owner)
@@ -2155,7 +2195,12 @@ def _owner_text(owner: LeaseOwner | None) -> str | None:
         if made is None or len(_OWNER_TEXTS) >= _OWNER_TEXTS_KEPT:
             return made
         text = _OWNER_TEXTS[owner] = made
+    _LAST_OWNER = (owner, text)
     return text
+
+
+#: The owner :func:`_owner_text` gave last (LeaseOwner is frozen) and its text.
+_LAST_OWNER: tuple[LeaseOwner | None, str | None] = (None, None)
 
 
 _OWNER_TEXTS_KEPT = 64
@@ -2241,7 +2286,8 @@ class _LoneWrite:
             known.operation_id,
             known.event_count,
             known.lease_token,
-            changes.status.value,
+            # ``_value_``: what ``.value`` returns, without its two-call property.
+            changes.status._value_,
             attempts,
             budget,
             output,
@@ -2256,9 +2302,9 @@ class _LoneWrite:
             now_us,
             count,
             head,
-            event.type.value,
-            None if event.from_status is None else event.from_status.value,
-            event.to_status.value,
+            event.type._value_,
+            None if event.from_status is None else event.from_status._value_,
+            event.to_status._value_,
             event.attempt,
             event_evidence,
             commits_text,
@@ -2297,7 +2343,7 @@ class _LoneWrite:
             live,
             tuple(self._overlap),
             known.created_at,
-            from_micros(self._now_us),
+            _EPOCH + timedelta(0, 0, self._now_us),  # from_micros, inline
             known.first_dispatched_at,
             values[16],
             values[17],

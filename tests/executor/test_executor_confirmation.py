@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from typing import Any
 
 import pytest
 from support import ARGS, KEY, OPERATION, capture_contract, wait_until
 
-from effectguard import EffectExecutor, EffectStatus, EventType
+from effectguard import EffectContract, EffectExecutor, EffectStatus, EventType
+from effectguard._codec import TAGGED
+from effectguard._executor._calls import Outcome, new_outcome
+from effectguard._executor._machine import confirmation
+from effectguard._executor._outputs import Stored, store
+from effectguard._fingerprint import canonical_json
 from effectguard.ledger._protocol import to_confirmed
 from effectguard.testkit import FakePaymentProvider, ManualClock
 
@@ -89,3 +95,70 @@ def test_the_move_to_confirmed_releases_the_lease_clears_overlap_and_keeps_its_e
         EffectStatus.CONFIRMED,
         3,
     )
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        Stored('{"ok":true}', "cap_1"),
+        Stored(None, None, {"reason": "too big", "path": "$", "type": "dict", "hint": "h"}),
+    ],
+)
+def test_a_fresh_confirmation_is_the_one_to_confirmed_builds(stored):
+    """The straight path builds its change and event positionally: the builder's values."""
+    outcome = new_outcome(Outcome.RETURNED, {"ok": True}, None, False)
+    expect, changes, event = confirmation(1, "tok", outcome, stored)
+    want_changes, want_event = to_confirmed(
+        EffectStatus.DISPATCHED,
+        1,
+        output_json=stored.json,
+        provider_operation_id=stored.provider_operation_id,
+        reason=stored.note,
+        evidence=stored.evidence({"handler": outcome.describe()}),
+    )
+    assert (changes, event) == (want_changes, want_event)
+    assert type(changes) is type(want_changes)
+    assert (expect.lease_token, expect.statuses, expect.event_count) == ("tok", None, None)
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        {"n": 1, "ok": True, "x": None, "f": 1.5, "l": [1, "a", [], {}]},
+        [1, 2, {"a": "b"}],
+        "text",
+        7,
+        None,
+        {"$date": "2026-01-01"},  # a caller's dict that looks like a tag: wrapped
+        {"t": (1, 2)},  # a tuple: tagged
+        {"s": "é"},  # not ASCII
+        {"a": "$x"},
+        {"deep": [[[[[[[[[[1]]]]]]]]]]},
+    ],
+)
+def test_the_plain_output_fast_path_stores_what_the_codec_would(output):
+    """An output of plain JSON data is stored as the default codec and the check would store it."""
+    contract = EffectContract(name="t.plain", operation_id=lambda arguments: "op")
+    text = canonical_json(TAGGED.encode(output))
+    assert store(contract, output) == Stored(text, None)
+
+
+@pytest.mark.parametrize("output", [{"x": math.nan}, [math.inf], {"a": [{"b": -math.inf}]}])
+def test_a_number_json_cannot_hold_is_not_stored_on_the_fast_path_either(output):
+    """NaN and infinity, at any depth: not stored (a marker says why), never an exception."""
+    contract = EffectContract(name="t.nan", operation_id=lambda arguments: "op")
+    stored = store(contract, output)
+    assert isinstance(stored, Stored)
+    assert stored.json is None
+    assert stored.not_stored is not None
+
+
+def test_the_plain_output_fast_path_keeps_the_size_limit():
+    """An output over max_output_bytes is not stored, on the fast path as on the general one."""
+    contract = EffectContract(
+        name="t.big", operation_id=lambda arguments: "op", max_output_bytes=10
+    )
+    stored = store(contract, {"text": "x" * 20})
+    assert isinstance(stored, Stored)
+    assert stored.json is None
+    assert stored.not_stored is not None
