@@ -161,7 +161,7 @@ def test_another_key_is_refused_by_name(site: Site) -> None:
 
 
 def test_a_ledger_rewritten_whole_fails_against_the_signed_export(
-    site: Site, ledger_sql: Callable[..., None]
+    site: Site, ledger_sql: Callable[..., None], backend: str
 ) -> None:
     """Whoever rewrites every table (chains and anchor alike) passes plain verify, not this."""
     export = _signed(site)
@@ -175,7 +175,10 @@ def test_a_ledger_rewritten_whole_fails_against_the_signed_export(
     done = site.ops("verify", "--archive", str(export), "--public-key", "key.pub", code=1)
 
     assert "the ledger has been tampered with" in done.stderr
-    assert "operation '(anchor)'" in done.stdout  # the claims anchor no longer extends it
+    if backend == "sqlite":  # one anchor chain: the rewrite cannot extend the signed head
+        assert "operation '(anchor)'" in done.stdout
+    # PostgreSQL shards its anchor by claim; whether the rewrite breaks a signed shard head
+    # depends on where the new claims land, so only the events are asserted on both.
     for operation_id in ("invoice:INV-1:capture", "invoice:INV-2:capture"):
         assert f"{operation_id!r} event 1: differs from the event the export signed" in done.stdout
 
