@@ -53,13 +53,14 @@ async def main(command: str, workdir: Path, options: list[str]) -> dict[str, Any
         )
         items = result.to_input_list()
         (workdir / "items.json").write_text(json.dumps(items), encoding="utf-8")
-        return {"final": result.final_output, "pending": pending_effects(result)}
+        pending = [p.to_json() for p in pending_effects(result)]
+        return {"final": result.final_output, "pending": pending}
     if options == ["race"]:
         wait_for_go(workdir)
     items = json.loads((workdir / "items.json").read_text(encoding="utf-8"))
     settled, waiting = await asyncio.to_thread(settle_input, items, [shop.capture])
     if waiting:
-        return {"waiting": waiting}
+        return {"waiting": [w.to_json() for w in waiting]}
     model = ScriptModel([[say("Captured INV-7.")]])
     result = await Runner.run(shop_agent(model, shop.capture), settled, run_config=OFFLINE)
     return {"final": result.final_output, "sent": model.tool_outputs()}

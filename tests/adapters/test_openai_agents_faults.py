@@ -98,9 +98,9 @@ def test_a_pending_output_forged_to_say_confirmed_is_not_trusted(tmp_path):
 
     settled, waiting = settle_input(items, [shop.capture])
 
-    assert [(w["operation_id"], w["status"]) for w in waiting] == [(OPERATION, "QUARANTINED")]
+    assert [(w.operation_id, w.status) for w in waiting] == [(OPERATION, EffectStatus.QUARANTINED)]
     [kept] = pending_effects(settled)
-    assert kept["status"] == "QUARANTINED"
+    assert kept.status is EffectStatus.QUARANTINED
     assert "cap_forged" not in json.dumps(settled)
     assert shop.ledger.get(OPERATION).status is EffectStatus.QUARANTINED
     assert (shop.payments.committed(), shop.payments.attempts()) == (1, 1)
@@ -128,7 +128,7 @@ def test_an_approval_of_a_gated_call_reads_the_ledger_not_the_approval(tmp_path)
 
     assert approved.final_output.startswith("Paused")
     [pending] = pending_effects(approved)
-    assert (pending["tool_call_id"], pending["status"]) == ("call-2", "QUARANTINED")
+    assert (pending.tool_call_id, pending.status) == ("call-2", EffectStatus.QUARANTINED)
     assert len(model.inputs) == 2  # the model never read a capture
     assert (shop.payments.committed(), shop.payments.attempts()) == (1, 1)
     shop.close()
