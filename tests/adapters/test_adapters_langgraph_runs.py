@@ -22,15 +22,15 @@ from extras_support import import_extra
 
 langgraph = import_extra("langgraph", "langgraph")
 
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402 - after the extra's check
-from lg_world import FINAL, World, calls, mail, pay, start_message  # noqa: E402 - as above
+from langgraph.checkpoint.memory import InMemorySaver
+from lg_world import FINAL, World, calls, mail, pay, start_message
 
-from effectguard import EffectExecutor, EffectStatus, call_scope, open_ledger  # noqa: E402
-from effectguard.adapters.langgraph import resume_command  # noqa: E402 - as above
-from effectguard.cli.ops import main as ops  # noqa: E402 - as above
-from effectguard.operator import framework_runs, load_tools  # noqa: E402 - as above
-from effectguard.operator._runs import scope_parser  # noqa: E402 - as above
-from effectguard.testkit import FakeEmailProvider, FakePaymentProvider, Fault, FaultPlan  # noqa: E402
+from effectguard import EffectExecutor, EffectStatus, call_scope, open_ledger
+from effectguard.adapters.langgraph import resume_command
+from effectguard.cli.ops import main as ops
+from effectguard.operator import framework_runs, load_tools
+from effectguard.operator._runs import scope_parser
+from effectguard.testkit import FakeEmailProvider, FakePaymentProvider, Fault, FaultPlan
 
 TOOLS = '''
 from effectguard import EffectExecutor, call_scoped, effect, open_ledger
