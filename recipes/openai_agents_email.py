@@ -96,20 +96,20 @@ async def main(ledger: EffectLedger) -> int:
     sent = mail.attempts()
     print(f"2. settled before the operator acted: {len(waiting)} waiting, {sent} request(s) sent")
 
-    message_id = FakeEmailProvider.message_id_for(pending["operation_id"])
+    message_id = FakeEmailProvider.message_id_for(pending.operation_id)
     found = mail.find_message(message_id)
     if found is None:
         print("the sent log shows no such message: authorize a retry instead", file=sys.stderr)
         return 1
     ledger.confirm(
-        pending["operation_id"],
+        pending.operation_id,
         output=found,
         provider_operation_id=found["id"],
         actor="oncall@example.com",
         reason="the message is in the provider's sent log",
         evidence_reference=f"sent-log:{message_id}",
     )
-    print(f"3. operator confirmed {pending['operation_id']} (found {message_id} in the sent log)")
+    print(f"3. operator confirmed {pending.operation_id} (found {message_id} in the sent log)")
 
     items, waiting = settle_input(items, [tool])
     resumed = await Runner.run(agent, items, run_config=offline)

@@ -74,11 +74,16 @@ PENDING_KIND = "effectguard.pending_effect"
 class PendingEffect:
     """An effect whose outcome is not confirmed: what a paused run waits on.
 
-    The payload a framework pauses with (:meth:`to_json`): which tool call,
-    which operation, its status and why, how many attempts were made, and the
-    ``agent-effect-ops`` command an operator runs to resolve it once they have
-    checked the provider (``reject`` and ``authorize-retry`` take the same
-    ``--actor``, ``--reason`` and ``--evidence-reference``).
+    The one pending shape of every adapter: LangGraph pauses with it,
+    Pydantic AI defers with it as metadata, the OpenAI Agents SDK and MCP
+    return it as the tool's output, and each adapter's ``pending_effects`` /
+    ``settle_*`` gives it back as this class. The payload (:meth:`to_json`):
+    which tool call, in which run (the call scope's ``run_id``; None for MCP,
+    which has no scope), which operation, its status and why, how many
+    attempts were made, and the ``agent-effect-ops`` command an operator runs
+    to resolve it once they have checked the provider (``reject`` and
+    ``authorize-retry`` take the same ``--actor``, ``--reason`` and
+    ``--evidence-reference``).
     """
 
     tool: str
@@ -88,6 +93,7 @@ class PendingEffect:
     reason: str | None
     attempts: int
     operator_command: str
+    run_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Return the payload as plain JSON values, marked with ``kind``: :data:`PENDING_KIND`."""
@@ -100,6 +106,7 @@ class PendingEffect:
             "reason": self.reason,
             "attempts": self.attempts,
             "operator_command": self.operator_command,
+            "run_id": self.run_id,
         }
 
     @classmethod
@@ -118,6 +125,7 @@ class PendingEffect:
                 reason=None if fields.get("reason") is None else str(fields["reason"]),
                 attempts=int(fields["attempts"]),
                 operator_command=str(fields["operator_command"]),
+                run_id=None if fields.get("run_id") is None else str(fields["run_id"]),
             )
         except (KeyError, ValueError, TypeError) as exc:
             msg = f"malformed effectguard pending-effect payload ({exc!r}): {data!r}"
@@ -187,8 +195,18 @@ def operator_command(fn: Any, operation_id: str) -> str:
     )
 
 
-def classify(fn: Any, result: EffectResult[Any], *, tool: str, tool_call_id: str) -> Outcome:
-    """Return what ``result`` means for the framework: confirmed, pending, or refused."""
+def classify(
+    fn: Any,
+    result: EffectResult[Any],
+    *,
+    tool: str,
+    tool_call_id: str,
+    run_id: str | None = None,
+) -> Outcome:
+    """Return what ``result`` means for the framework: confirmed, pending, or refused.
+
+    ``run_id`` is the call scope's, kept in a pending payload (None without a scope).
+    """
     status, operation = result.status, result.operation_id
     if status is EffectStatus.CONFIRMED:
         return Confirmed(result.output, result)
@@ -214,6 +232,7 @@ def classify(fn: Any, result: EffectResult[Any], *, tool: str, tool_call_id: str
             reason=result.reason,
             attempts=result.attempts,
             operator_command=operator_command(fn, operation),
+            run_id=run_id,
         )
     )
 
@@ -250,7 +269,7 @@ def run_effect(
             result = fn.execute(**arguments)
         except (OperationConflictError, OutputNotStored) as exc:
             return _refusal(exc, tool)
-    return classify(fn, result, tool=tool, tool_call_id=tool_call_id)
+    return classify(fn, result, tool=tool, tool_call_id=tool_call_id, run_id=scope.run_id)
 
 
 async def run_effect_async(
@@ -265,7 +284,7 @@ async def run_effect_async(
                 result = await _in_thread(fn.execute, **arguments)
         except (OperationConflictError, OutputNotStored) as exc:
             return _refusal(exc, tool)
-    return classify(fn, result, tool=tool, tool_call_id=tool_call_id)
+    return classify(fn, result, tool=tool, tool_call_id=tool_call_id, run_id=scope.run_id)
 
 
 async def _in_thread(func: Callable[..., Any], /, **kwargs: Any) -> Any:
@@ -290,7 +309,7 @@ def _resume_check(fn: Any, arguments: Mapping[str, Any], pending: PendingEffect)
 
 
 def _still_pending(
-    record: OperationRecord | None, fn: Any, pending: PendingEffect
+    record: OperationRecord | None, fn: Any, pending: PendingEffect, scope: CallScope
 ) -> Outcome | None:
     """Return the outcome the ledger settles without a call, or None when the call must run."""
     if record is None:
@@ -311,6 +330,7 @@ def _still_pending(
                 reason=record.reason,
                 attempts=record.attempts,
                 operator_command=operator_command(fn, record.operation_id),
+                run_id=scope.run_id,
             )
         )
     return None
@@ -355,7 +375,7 @@ def resume_effect(
     with call_scope(run_id=scope.run_id, call_id=scope.call_id):
         _resume_check(fn, arguments, pending)
     record = executor_of(fn).ledger.get(pending.operation_id)
-    settled = _still_pending(record, fn, pending)
+    settled = _still_pending(record, fn, pending, scope)
     if settled is not None:
         return settled
     return run_effect(
@@ -371,7 +391,7 @@ async def resume_effect_async(
         _resume_check(fn, arguments, pending)
     ledger = executor_of(fn).ledger
     record = await _in_thread(ledger.get, operation_id=pending.operation_id)
-    settled = _still_pending(record, fn, pending)
+    settled = _still_pending(record, fn, pending, scope)
     if settled is not None:
         return settled
     return await run_effect_async(

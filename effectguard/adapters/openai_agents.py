@@ -10,7 +10,8 @@ mapped onto three of its public pieces:
   failures never say "Please try again".
 - :func:`stop_on_unconfirmed`, as the agent's ``tool_use_behavior``, ends the
   run before the model reads an unconfirmed effect; :func:`pending_effects`
-  lists the payloads. Once an operator has resolved them,
+  lists them (each a :class:`~effectguard.adapters.PendingEffect`, as in
+  every adapter). Once an operator has resolved them,
   :func:`settle_input` (or :func:`asettle_input`) replaces the pending tool
   outputs of ``result.to_input_list()`` with the ledger's confirmed output,
   and ``Runner.run(agent, items)`` carries on.
@@ -101,10 +102,10 @@ def _run_id(run_id: RunId, ctx: RunContextWrapper[Any]) -> str:
     return value
 
 
-def _text(outcome: Outcome, run_id: str) -> str:
+def _text(outcome: Outcome) -> str:
     """What the model reads: the output, a refusal that invites no retry, or the pending payload.
 
-    The payload keeps ``run_id`` beside the shared fields, so a later
+    The payload keeps the call scope's ``run_id``, so a later
     :func:`settle_input` recomputes the same operation id.
     """
     if isinstance(outcome, Confirmed):
@@ -123,8 +124,7 @@ def _text(outcome: Outcome, run_id: str) -> str:
             f"is {effect.status.value}). Do not call {effect.tool} again for it and do not "
             "report it as done: an operator must resolve it, then the host resumes this call."
         )
-        payload = {**effect.to_json(), "run_id": run_id, "message": message}
-        return json.dumps(payload, ensure_ascii=False)
+        return json.dumps({**effect.to_json(), "message": message}, ensure_ascii=False)
     return outcome.message
 
 
@@ -162,7 +162,7 @@ def as_function_tool(
         outcome = await run_effect_async(
             fn, arguments, scope=scope, tool=public.name, tool_call_id=ctx.tool_call_id
         )
-        return _text(outcome, scope.run_id)
+        return _text(outcome)
 
     context = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ToolContext[Any]
@@ -230,29 +230,33 @@ def stop_on_unconfirmed(
     nor call again; ``final_output`` is a text naming each pending operation,
     and :func:`pending_effects` gives their payloads.
     """
-    pending = [p for r in results if (p := _payload(r.output)) is not None]
+    pending = [p for r in results if (p := _pending(r.output)) is not None]
     if not pending:
         return ToolsToFinalOutputResult(is_final_output=False)
-    listed = "; ".join(f"{p['tool']}: {p['operation_id']} ({p['status']})" for p in pending)
+    listed = "; ".join(f"{p.tool}: {p.operation_id} ({p.status.value})" for p in pending)
     return ToolsToFinalOutputResult(
         is_final_output=True,
         final_output=f"Paused: {len(pending)} effect(s) await an operator: {listed}",
     )
 
 
-def _payload(output: object) -> dict[str, Any] | None:
-    """The pending payload a tool output holds, or None for any other output."""
+def _pending(output: object) -> PendingEffect | None:
+    """The pending effect a tool output holds, or None for any other output."""
     if not isinstance(output, str) or not output.startswith("{"):
         return None
     try:
         found = json.loads(output)
     except ValueError:
         return None
-    return found if is_pending_payload(found) else None
+    return PendingEffect.from_json(found) if is_pending_payload(found) else None
 
 
-def pending_effects(result: Any) -> list[dict[str, Any]]:
-    """The pending payloads of a run result's tool outputs (or of a list of input items)."""
+def pending_effects(result: Any) -> list[PendingEffect]:
+    """The pending effects of a run result's tool outputs (or of a list of input items).
+
+    Each is the :class:`~effectguard.adapters.PendingEffect` every adapter
+    returns; ``to_json()`` gives the payload the tool output holds.
+    """
     items = getattr(result, "new_items", None)
     outputs: Iterable[Any]
     if items is not None:
@@ -263,7 +267,7 @@ def pending_effects(result: Any) -> list[dict[str, Any]]:
             for item in result
             if isinstance(item, Mapping) and item.get("type") == "function_call_output"
         )
-    return [p for p in (_payload(output) for output in outputs) if p is not None]
+    return [p for p in (_pending(output) for output in outputs) if p is not None]
 
 
 def _table(tools: Mapping[str, Any] | Iterable[Any]) -> dict[str, Any]:
@@ -294,10 +298,9 @@ def _pending_calls(items: Sequence[Any], table: Mapping[str, Any]) -> list[_Call
     for index, item in enumerate(items):
         if not isinstance(item, Mapping) or item.get("type") != "function_call_output":
             continue
-        payload = _payload(item.get("output"))
-        if payload is None:
+        pending = _pending(item.get("output"))
+        if pending is None:
             continue
-        pending = PendingEffect.from_json(payload)
         fn = table.get(pending.tool)
         if fn is None:
             msg = (
@@ -309,7 +312,13 @@ def _pending_calls(items: Sequence[Any], table: Mapping[str, Any]) -> list[_Call
         if call is None:
             msg = f"the input items hold no function_call for call {pending.tool_call_id!r}"
             raise ConfigurationError(msg)
-        scope = CallScope(str(payload["run_id"]), pending.tool_call_id)
+        if pending.run_id is None:
+            msg = (
+                f"call {pending.tool_call_id} of {pending.tool!r} is pending, but its payload "
+                "holds no run_id; nothing was sent. Settle the items the paused run returned"
+            )
+            raise ConfigurationError(msg)
+        scope = CallScope(pending.run_id, pending.tool_call_id)
         found.append((index, fn, _call_arguments(fn, call["arguments"], pending), pending, scope))
     return found
 
@@ -343,21 +352,20 @@ def _call_arguments(fn: Any, arguments: str | None, pending: PendingEffect) -> d
 
 def _settled(
     items: Sequence[Any], pending: list[_Call], outcomes: list[Outcome]
-) -> tuple[list[Any], list[dict[str, Any]]]:
+) -> tuple[list[Any], list[PendingEffect]]:
     settled = list(items)
     waiting = []
-    for (index, _, _, _, scope), outcome in zip(pending, outcomes, strict=True):
-        text = _text(outcome, scope.run_id)
-        still = _payload(text)
-        if still is not None:
-            waiting.append(still)
+    for (index, *_), outcome in zip(pending, outcomes, strict=True):
+        text = _text(outcome)
+        if isinstance(outcome, Pending):
+            waiting.append(outcome.effect)
         settled[index] = {**items[index], "output": text}
     return settled, waiting
 
 
 def settle_input(
     items: Sequence[Any], tools: Mapping[str, Any] | Iterable[Any]
-) -> tuple[list[Any], list[dict[str, Any]]]:
+) -> tuple[list[Any], list[PendingEffect]]:
     """Replace each pending tool output of ``items`` with what the ledger now holds.
 
     ``items`` is ``result.to_input_list()`` of a paused run; ``tools`` the
@@ -365,8 +373,9 @@ def settle_input(
     name → function mapping). Each pending call is resumed under its own call
     scope: a QUARANTINED operation stays pending and nothing is called, an
     OUTCOME_UNKNOWN one is probed again, a CONFIRMED or REJECTED one replayed.
-    Returns the new items, for ``Runner.run(agent, items)``, and the payloads
-    still waiting for an operator (empty when the run can continue). Sync
+    Returns the new items, for ``Runner.run(agent, items)``, and the
+    :class:`~effectguard.adapters.PendingEffect` of each call still waiting
+    for an operator (empty when the run can continue). Sync
     tools only; :func:`asettle_input` takes async ones too.
     """
     pending = _pending_calls(items, _table(tools))
@@ -383,7 +392,7 @@ def settle_input(
 
 async def asettle_input(
     items: Sequence[Any], tools: Mapping[str, Any] | Iterable[Any]
-) -> tuple[list[Any], list[dict[str, Any]]]:
+) -> tuple[list[Any], list[PendingEffect]]:
     """:func:`settle_input` for sync and async tools, from a running event loop."""
     pending = _pending_calls(items, _table(tools))
     outcomes = [

@@ -26,6 +26,14 @@ To resume, :func:`settle_deferred` (or :func:`asettle_deferred`) re-reads the
 ledger for every deferred call, never trusting what the run recorded, and
 builds the :class:`pydantic_ai.DeferredToolResults` for
 ``agent.run(message_history=..., deferred_tool_results=...)``.
+
+Pydantic AI hands a deferred call's result to the model without calling the
+tool, so a result the host wrote itself (or a ``ToolApproved``, which for a
+deferred call is not a re-run) would reach the model unchecked. Each tool
+:func:`as_tool` makes therefore checks, before every model request, the
+results of its calls about to be sent: one whose operation the ledger does
+not hold as CONFIRMED stops the run with :class:`~effectguard.errors.InvalidRequestError`,
+and the model never reads it.
 """
 
 from __future__ import annotations
@@ -35,9 +43,10 @@ import inspect
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from effectguard._decorator import get_contract
+from effectguard._decorator import executor_of, get_contract, operation_id_of
 from effectguard._fingerprint import redact_arguments
-from effectguard._scope import CallScope
+from effectguard._model import EffectStatus
+from effectguard._scope import CallScope, call_scope
 from effectguard.adapters._common import (
     Confirmed,
     Outcome,
@@ -51,7 +60,7 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard.errors import ConfigurationError
+from effectguard.errors import ConfigurationError, InvalidRequestError
 
 try:
     from pydantic_ai import (
@@ -63,7 +72,8 @@ try:
         Tool,
         ToolFailed,
     )
-    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
+    from pydantic_ai.tools import ToolDefinition
 except ModuleNotFoundError as exc:
     msg = (
         "effectguard.adapters.pydantic_ai needs the 'pydantic-ai' extra "
@@ -182,7 +192,7 @@ def as_tool(
     function.__name__ = function.__qualname__ = public.name
     function.__module__ = getattr(fn, "__module__", __name__)
     setattr(function, EFFECT_ATTRIBUTE, fn)
-    return Tool(
+    made = Tool(
         function,
         takes_ctx=True,
         name=public.name,
@@ -190,6 +200,71 @@ def as_tool(
         max_retries=max_retries,
         docstring_format="google",
     )
+    made.prepare = _results_guard(fn, made)
+    return made
+
+
+# -- results that did not come from the tool ---------------------------------------------
+
+
+def _results_guard(fn: Any, tool: Tool[Any]) -> Any:
+    """A ``prepare`` hook refusing, before the model reads it, a result the ledger does not hold."""
+
+    async def prepare(ctx: RunContext[Any], definition: ToolDefinition) -> ToolDefinition:
+        await asyncio.to_thread(_check_results, fn, tool, ctx)
+        return definition
+
+    return prepare
+
+
+def _check_results(fn: Any, tool: Tool[Any], ctx: RunContext[Any]) -> None:
+    """Raise when a successful result of ``tool`` about to be sent is not CONFIRMED in the ledger.
+
+    Only the latest request is read: it holds the results the model has not
+    seen yet (earlier ones were checked before the request that sent them).
+    """
+    latest = ctx.messages[-1] if ctx.messages else None
+    if not isinstance(latest, ModelRequest):
+        return
+    returned = [
+        part
+        for part in latest.parts
+        if isinstance(part, ToolReturnPart)
+        and part.tool_name == tool.name
+        and part.outcome == "success"
+    ]
+    if not returned:
+        return
+    calls = {
+        part.tool_call_id: part
+        for message in ctx.messages
+        if isinstance(message, ModelResponse)
+        for part in message.parts
+        if isinstance(part, ToolCallPart)
+    }
+    ledger = executor_of(fn).ledger
+    run_id = ctx.conversation_id or ctx.run_id or ""
+    for part in returned:
+        call = calls.get(part.tool_call_id)
+        if call is None:
+            continue
+        with call_scope(run_id=run_id, call_id=part.tool_call_id):
+            operation = operation_id_of(fn, **_arguments(tool, call))
+        record = ledger.get(operation)
+        if record is not None:
+            status: EffectStatus | None = record.status
+        else:
+            tombstone = getattr(ledger, "tombstone", None)
+            kept = tombstone(operation) if callable(tombstone) else None
+            status = None if kept is None else EffectStatus(kept.status)
+        if status is not EffectStatus.CONFIRMED:
+            held = "does not hold it" if status is None else f"holds it as {status.value}"
+            msg = (
+                f"{tool.name}: the result of tool call {part.tool_call_id!r} did not come from "
+                f"the tool, and the ledger {held} (operation {operation!r}); the model was not "
+                "sent it. Resume with the results settle_deferred() builds from the ledger"
+            )
+            raise InvalidRequestError(msg)
 
 
 # -- resuming ----------------------------------------------------------------------------

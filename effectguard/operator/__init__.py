@@ -3,9 +3,10 @@
 Re-probing an operation nobody is working on (:func:`reprobe`) and sweeping
 every uncertain one (:func:`recover`); resolving one, checked and previewed
 first (:func:`resolve`); reading operations with their histories for an
-incident report (:func:`histories`). Nothing here dispatches a handler: a
-re-probe writes what the provider answers, a resolution what the operator
-found, each an audited, fenced write.
+incident report (:func:`histories`); finding a framework adapter's runs by
+the call scope their operation ids were made from (:func:`framework_runs`).
+Nothing here dispatches a handler: a re-probe writes what the provider
+answers, a resolution what the operator found, each an audited, fenced write.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from effectguard.operator._resolve import (
     output_problem,
     resolve,
 )
+from effectguard.operator._runs import ScopedOperation, ScopedRun, framework_run, framework_runs
 
 __all__ = [
     "ACTIONS",
@@ -42,9 +44,13 @@ __all__ = [
     "ReprobeAction",
     "ReprobeOutcome",
     "Resolution",
+    "ScopedOperation",
+    "ScopedRun",
     "Skipped",
     "ToolIndex",
     "check_output",
+    "framework_run",
+    "framework_runs",
     "histories",
     "load_tools",
     "output_problem",

@@ -52,6 +52,7 @@ def open_shop(
     kind: str = "sync",
     payment_faults: list[Fault] | None = None,
     mail_faults: list[Fault] | None = None,
+    late_commit_after: float = 5.0,
 ) -> Shop:
     """The shop over the files in ``directory``: sync or async tools, with these provider faults."""
     payments = FakePaymentProvider(
@@ -59,6 +60,7 @@ def open_shop(
         lookup=Lookup.NONE,
         faults=FaultPlan(payment_faults or []),
         path=directory / "payments.db",
+        late_commit_after=late_commit_after,
     )
     mail = FakeEmailProvider(
         lookup=Lookup.NONE, faults=FaultPlan(mail_faults or []), path=directory / "mail.db"

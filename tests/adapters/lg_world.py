@@ -95,6 +95,7 @@ def make_world(
     is_async: bool,
     payment_faults: Sequence[Fault] = (),
     lookup: Lookup = Lookup.NONE,
+    late_commit_after: float = 5.0,
 ) -> World:
     """Payments without idempotency (a lost ack is QUARANTINED), email that always works.
 
@@ -105,6 +106,7 @@ def make_world(
         lookup=lookup,
         faults=FaultPlan(list(payment_faults)),
         path=workdir / "payments.db",
+        late_commit_after=late_commit_after,
     )
     mailer = FakeEmailProvider(path=workdir / "mail.db")
     executor = EffectExecutor(open_ledger(str(workdir / "ledger.db")), poll_interval=0.01)

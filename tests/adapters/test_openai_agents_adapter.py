@@ -12,8 +12,9 @@ import pytest
 from effect_shop import confirm_with_cli, confirm_with_ledger, open_shop
 from extras_support import import_extra
 
-from effectguard import ConfigurationError, EffectRejected, call_scoped, effect
+from effectguard import ConfigurationError, EffectRejected, EffectStatus, call_scoped, effect
 from effectguard._decorator import executor_of
+from effectguard.adapters import PendingEffect
 from effectguard.testkit import Fault
 
 agents = import_extra("agents", "openai-agents")
@@ -95,10 +96,12 @@ def test_lost_acknowledgement_ends_the_run_with_the_pending_payload(tmp_path, ki
     assert result.final_output.startswith("Paused: 1 effect(s) await an operator")
     assert len(model.inputs) == 1
     (payload,) = pending_effects(result)
-    assert payload["operation_id"] == "invoice:INV-1:capture"
-    assert payload["status"] == "QUARANTINED"
-    assert payload["tool_call_id"] == "call-1"
-    assert "confirm invoice:INV-1:capture" in payload["operator_command"]
+    assert isinstance(payload, PendingEffect)
+    assert payload.operation_id == "invoice:INV-1:capture"
+    assert payload.status is EffectStatus.QUARANTINED
+    assert payload.tool_call_id == "call-1"
+    assert payload.run_id == "openai-agents"
+    assert "confirm invoice:INV-1:capture" in payload.operator_command
     assert pending_effects(result.to_input_list()) == [payload]
     assert shop.payments.committed() == 1
     shop.close()
@@ -126,8 +129,8 @@ def test_resuming_before_the_operator_acts_sends_nothing(tmp_path, kind):
     agent = shop_agent(model, shop.capture)
     items = run(agent, "Capture INV-1.").to_input_list()
     settled, waiting = settle(items, [shop.capture], kind)
-    assert [w["operation_id"] for w in waiting] == ["invoice:INV-1:capture"]
-    assert pending_effects(settled)[0]["status"] == "QUARANTINED"
+    assert [w.operation_id for w in waiting] == ["invoice:INV-1:capture"]
+    assert pending_effects(settled)[0].status is EffectStatus.QUARANTINED
     again = run(agent, [*items, {"role": "user", "content": "Try again."}])
     (interruption,) = again.interruptions
     assert interruption.raw_item.call_id == "call-2"
@@ -170,7 +173,7 @@ def test_a_confirmed_sibling_is_not_sent_again(tmp_path):
     )
     agent = shop_agent(model, shop.capture, shop.send_receipt)
     first = run(agent, "Capture INV-1 and send the receipt.")
-    assert [p["tool"] for p in pending_effects(first)] == ["send_receipt"]
+    assert [p.tool for p in pending_effects(first)] == ["send_receipt"]
     sent = shop.mail.effects()[0]["response"]
     confirm_with_ledger(shop.ledger, "receipt:INV-1", sent)
     settled, waiting = settle_input(first.to_input_list(), [shop.capture, shop.send_receipt])
