@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,13 @@ def confirm(ledger: str, operation: str, output: dict[str, Any]) -> None:
 def authorize_retry(ledger: str, operation: str) -> None:
     """``agent-effect-ops authorize-retry``: the operator found the first attempt never landed."""
     ops(ledger, "authorize-retry", operation, *AUDIT)
+
+
+def wait_for_go(workdir: Path) -> None:
+    """Tell the parent this process is ready, then wait for its signal to start."""
+    print("ready", flush=True)
+    deadline = time.monotonic() + 60
+    while not (workdir / "go").exists():
+        if time.monotonic() > deadline:
+            sys.exit("no go signal within 60 s")
+        time.sleep(0.005)

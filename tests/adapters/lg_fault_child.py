@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fault_children import wait_for_go
 from langgraph.checkpoint.sqlite import SqliteSaver
 from lg_world import calls, make_world, pay, start_message, tool_messages
 
@@ -38,16 +39,6 @@ def summary(state: dict[str, Any]) -> dict[str, Any]:
         "payment": None if message is None else message.content,
         "final": state["messages"][-1].content,
     }
-
-
-def wait_for_go(workdir: Path) -> None:
-    """Tell the parent this process is ready, then wait for its signal to start."""
-    print("ready", flush=True)
-    deadline = time.monotonic() + 60
-    while not (workdir / "go").exists():
-        if time.monotonic() > deadline:
-            sys.exit("no go signal within 60 s")
-        time.sleep(0.005)
 
 
 def main(command: str, workdir: Path, options: list[str]) -> None:

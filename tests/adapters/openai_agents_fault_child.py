@@ -21,22 +21,13 @@ from typing import Any
 
 from agents import Runner
 from effect_shop import open_shop
+from fault_children import wait_for_go
 from openai_agents_support import OFFLINE, ScriptModel, say, shop_agent, tool_call
 
 from effectguard.adapters.openai_agents import pending_effects, settle_input
 from effectguard.testkit import Fault
 
 ARGUMENTS = {"invoice_id": "INV-7", "amount_cents": 700}
-
-
-def wait_for_go(workdir: Path) -> None:
-    """Tell the parent this process is ready, then wait for its signal to start."""
-    print("ready", flush=True)
-    deadline = time.monotonic() + 60
-    while not (workdir / "go").exists():
-        if time.monotonic() > deadline:
-            sys.exit("no go signal within 60 s")
-        time.sleep(0.005)
 
 
 async def main(command: str, workdir: Path, options: list[str]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fault_children import wait_for_go
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -30,16 +32,6 @@ from effectguard.adapters.pydantic_ai import as_tool, settle_deferred
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 REQUESTS = TypeAdapter(DeferredToolRequests)
-
-
-def wait_for_go(workdir: Path) -> None:
-    """Tell the parent this process is ready, then wait for its signal to start."""
-    print("ready", flush=True)
-    deadline = time.monotonic() + 60
-    while not (workdir / "go").exists():
-        if time.monotonic() > deadline:
-            sys.exit("no go signal within 60 s")
-        time.sleep(0.005)
 
 
 def main(command: str, workdir: Path, options: list[str]) -> dict[str, Any]:
