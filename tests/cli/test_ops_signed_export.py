@@ -167,6 +167,8 @@ def test_a_ledger_rewritten_whole_fails_against_the_signed_export(
     export = _signed(site)
     for table in ("events", "operations", "claims"):
         ledger_sql(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+    if backend == "postgres":  # the anchor's shard heads, back to empty chains
+        ledger_sql("UPDATE claims_head SET count = 0, running = ''")
     # The forger's ledger: the same operations, made again from scratch (on a new provider).
     (site.directory / "provider.db").unlink()
     _two_captures(site)
