@@ -156,7 +156,7 @@ def flows(ledger: Any, caplog: pytest.LogCaptureFixture) -> Flows:
     ledger.confirm(
         "raised:INV-1",
         output={"id": "cap_000001", "note": f"card {CARD} charged once"},
-        provider_operation_id="cap_000001",
+        provider_operation_id=f"cap_000001 card {CARD}",
         actor="ops",
         reason=f"customer confirmed card {SPACED} (cvv {CVV}) was charged once",
         evidence_reference=f"ticket 77 about {CARD}",

@@ -342,6 +342,10 @@ def _resolve(
         raise changed(operation_id, seen, ledger.get(operation_id)) from exc
 
 
+#: Where :func:`confirm` carries the typed provider id through :func:`hide_redacted`.
+_PROVIDER_ID = "provider_operation_id"
+
+
 def confirm(
     ledger: _Primitives,
     operation_id: str,
@@ -358,7 +362,9 @@ def confirm(
 
     ``output`` is stored as the contract stores a handler's output (its codec's
     JSON form, if it has a codec). ``provider_operation_id`` is a non-empty
-    string, or None when the provider has no id for the effect.
+    string, or None when the provider has no id for the effect. A redacted
+    argument value the operator typed, in the output, the provider id, the
+    reason or the evidence reference, is stored masked, as a handler's would be.
     """
     audit = _audit(actor, reason, evidence_reference)
     if provider_operation_id is not None and (
@@ -377,18 +383,21 @@ def confirm(
         raise InvalidRequestError(msg) from exc
 
     def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
-        said, shown = hide_redacted(record, audit, output)
+        # What the operator typed is masked as a handler's answer is: the provider's id too.
+        typed = {**audit, _PROVIDER_ID: provider_operation_id or ""}
+        said, shown = hide_redacted(record, typed, output)
+        provider_id = said.pop(_PROVIDER_ID) or None
         evidence = {
             **said,
             **_overridden(record),
             "output": shown,
-            "provider_operation_id": provider_operation_id,
+            "provider_operation_id": provider_id,
         }
         return to_confirmed(
             record.status,
             record.attempts,
             output_json=canonical_json(shown),
-            provider_operation_id=provider_operation_id,
+            provider_operation_id=provider_id,
             reason=f"confirmed by operator {said['actor']}: {said['reason']}",
             evidence=evidence,
             event=EventType.OPERATOR_CONFIRMED,

@@ -234,6 +234,36 @@ def test_confirm_records_the_output_that_execute_replays(
     assert quarantined.committed() == 1
 
 
+def test_a_redacted_value_an_operator_types_is_stored_masked(
+    run: Run, make_ledger: Callable[..., EffectLedger], quarantined: FakePaymentProvider
+) -> None:
+    """The card token typed into confirm's provider id, output and reason is never stored."""
+    secret = ARGS["card_token"]
+    run(
+        "confirm",
+        OP,
+        "--output-json",
+        json.dumps({"id": secret, "note": f"charged {secret} once"}),
+        "--provider-operation-id",
+        secret,
+        "--actor",
+        "alice",
+        "--reason",
+        f"provider shows {secret}",
+        "--evidence-reference",
+        "T-7",
+    )
+    shown = run("show", OP, "--json").stdout + run("events", OP, "--json").stdout
+    exported = run("export").stdout
+    assert secret not in shown + exported
+    record = make_ledger().get(OP)
+    assert record.provider_operation_id == REDACTED
+    assert record.output_json == json.dumps(
+        {"id": REDACTED, "note": f"charged {REDACTED} once"}, separators=(",", ":")
+    )
+    assert quarantined.committed() == 1
+
+
 def test_reject_is_replayed_and_never_dispatched(
     run: Run, make_ledger: Callable[..., EffectLedger], quarantined: FakePaymentProvider
 ) -> None:
