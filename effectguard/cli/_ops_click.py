@@ -235,8 +235,10 @@ def parse_status(
         raise click.BadParameter(str(exc)) from exc
 
 
-def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  # noqa: ARG001 - Click's callback signature
-    """Option callback: the JSON value in ``value``; NaN and Infinity are not JSON and refused."""
+def parse_json(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:  # noqa: ARG001 - Click's callback signature
+    """Option callback: the JSON value in ``value`` (None if not given); NaN, Infinity refused."""
+    if value is None:
+        return None
 
     def refuse(constant: str) -> NoReturn:
         msg = f"{constant} is not a JSON number"
@@ -252,9 +254,9 @@ def parse_json(ctx: click.Context, param: click.Parameter, value: str) -> Any:  
         raise click.BadParameter(msg) from exc
 
 
-def non_empty(ctx: click.Context, param: click.Parameter, value: str) -> str:  # noqa: ARG001 - Click's callback signature
-    """Option callback: ``value`` unless it is empty or only whitespace."""
-    if not value.strip():
+def non_empty(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:  # noqa: ARG001 - Click's callback signature
+    """Option callback: ``value`` unless it is empty or only whitespace (None when not given)."""
+    if value is not None and not value.strip():
         msg = "must not be empty"
         raise click.BadParameter(msg)
     return value

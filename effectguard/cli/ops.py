@@ -51,7 +51,9 @@ MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 if TYPE_CHECKING:
     # Annotations only: `agent-effect-ops --help` loads neither the ledger nor the model.
     from effectguard import EffectLedger, EffectStatus
-    from effectguard.ledger import VerifyReport
+    from effectguard._decorator import ToolIndex
+    from effectguard.ledger import Seen, VerifyReport
+    from effectguard.operator._recover import ProbedOutput
     from effectguard.operator._signing import SignedExport
 
 __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "OpsError", "OpsUsageError", "main"]
@@ -183,7 +185,13 @@ def _terminal_width() -> int | None:
 
 
 def _resolve(
-    operation_id: str, action: str, tools: str | None, dry_run: bool, **fields: Any
+    operation_id: str,
+    action: str,
+    tools: str | None,
+    dry_run: bool,
+    *,
+    from_probe: bool = False,
+    **fields: Any,
 ) -> None:
     """Run one resolution through the library's checks; print what it recorded or would."""
     from effectguard.ledger import Seen  # noqa: PLC0415 - loaded only by a resolution
@@ -194,6 +202,13 @@ def _resolve(
         expected = None if events is None and head is None else Seen(events, head)
     index = load_tools(tools)
     ledger = open_ledger(write=not dry_run)
+    output_from = None
+    if from_probe:
+        probed = _probed(ledger, operation_id, index, expected)
+        fields.update(output=probed.output, provider_operation_id=probed.provider_operation_id)
+        # The decision is on the state the probe was asked about, unless the operator named one.
+        expected, output_from = expected or probed.seen, probed.evidence
+        click.echo(f"the probe answers committed; output: {views.to_json(probed.output)}")
     with refusals():
         done = resolve(
             ledger,
@@ -202,6 +217,7 @@ def _resolve(
             tools=index,
             dry_run=dry_run,
             expected=expected,
+            output_from=output_from,
             **fields,
         )
     for warning in done.warnings:
@@ -230,34 +246,76 @@ def _dry_run_option(command: F) -> F:
     )(command)
 
 
+def _probed(
+    ledger: EffectLedger, operation_id: str, index: ToolIndex | None, expected: Seen | None
+) -> ProbedOutput:
+    """The output OP's probe holds now, asked on the state the operator expects (if named)."""
+    from effectguard.operator._recover import output_from_probe  # noqa: PLC0415 - on use
+
+    record = operation(ledger, operation_id)
+    with refusals():
+        if expected is not None and not expected.matches(record):
+            from effectguard.ledger import _resolution  # noqa: PLC0415 - on use
+
+            raise _resolution.changed(operation_id, _resolution.described(expected), record)
+        found = None if index is None else index.find(record.contract, record.contract_version)
+        return output_from_probe(record, None if found is None else found.contract)
+
+
 @main.command(short_help="Record that OP took effect, with its output.")
 @click.argument("operation_id", metavar="OP")
 @click.option(
     "--output-json",
     "output",
-    required=True,
     metavar="JSON",
     callback=parse_json,
     help="The output every later call replays, in the form the contract stores it.",
 )
 @click.option(
     "--provider-operation-id",
-    required=True,
     metavar="ID",
     callback=non_empty,
     help="The provider's own id for the effect (a charge id, a message id).",
+)
+@click.option(
+    "--from-probe",
+    is_flag=True,
+    help="Ask the tool's probe (needs --tools) and confirm the output it holds.",
 )
 @audit_options
 @expect_options
 @tools_option
 @_dry_run_option
-def confirm(operation_id: str, tools: str | None, dry_run: bool, **fields: Any) -> None:
+def confirm(
+    operation_id: str, tools: str | None, dry_run: bool, from_probe: bool, **fields: Any
+) -> None:
     """Record that operation OP took effect; later calls replay the given output.
 
-    With --tools the output is checked against the tool's return type first,
-    and refused if it does not match; without, it is stored unchecked (warned).
+    Give the output and the provider's id (--output-json, --provider-operation-id),
+    or --from-probe to take both from the tool's probe, which must answer
+    committed; the confirmation then lands only on the state the probe was asked
+    about (or the one --expect-events/--expect-head names). With --tools the
+    output is checked against the tool's return type first, and refused if it
+    does not match; without, it is stored unchecked (warned).
     """
-    _resolve(operation_id, "confirm", tools, dry_run, **fields)
+    typed = [
+        option
+        for option, name in (
+            ("--output-json", "output"),
+            ("--provider-operation-id", "provider_operation_id"),
+        )
+        if fields[name] is not None
+    ]
+    if from_probe and typed:
+        msg = f"--from-probe takes the output and the provider's id from the probe: drop {typed[0]}"
+        raise OpsUsageError(msg)
+    if from_probe and not (tools and tools.strip()):
+        msg = "--from-probe needs --tools MODULE (or EFFECTGUARD_TOOLS): the probe is in your code"
+        raise OpsUsageError(msg)
+    if not from_probe and len(typed) < 2:  # noqa: PLR2004 - both options
+        msg = "confirm needs --output-json and --provider-operation-id, or --from-probe"
+        raise OpsUsageError(msg)
+    _resolve(operation_id, "confirm", tools, dry_run, from_probe=from_probe, **fields)
 
 
 @main.command(short_help="Record that OP did not and will not take effect.")

@@ -36,6 +36,7 @@ from effectguard.console.resolve import (
     ACTIONS,
     ResolutionRefused,
     parse_resolution,
+    probe_output,
     reprobe,
     resolve,
 )
@@ -45,7 +46,9 @@ from effectguard.ledger._resolution import os_user
 
 if TYPE_CHECKING:
     from effectguard._decorator import ToolIndex
+    from effectguard._model import OperationRecord
     from effectguard.ledger import EffectLedger
+    from effectguard.operator import ProbedOutput
     from effectguard.runtime import RunView
 
 __all__ = ["ConsoleSettings", "create_app"]
@@ -132,11 +135,24 @@ class _Pages:
 
     def operation(self, request: Request) -> Response:
         operation_id = request.query_params.get("id", "")
+        try:
+            record = self.settings.ledger.get(operation_id)
+        except EffectGuardError as exc:
+            return self.problem(str(exc), 400)
+        if record is None:
+            return self.problem(f"no operation {operation_id!r} in the ledger", 404)
+        return self.operation_page(record, done=request.query_params.get("done", ""))
+
+    def operation_page(
+        self, record: OperationRecord, *, done: str = "", probed: ProbedOutput | None = None
+    ) -> Response:
+        """The operation's page as of ``record``; its resolve form decides on exactly that state.
+
+        ``probed`` fills the confirm fields with what the probe found.
+        """
+        operation_id = record.operation_id
         ledger = self.settings.ledger
         try:
-            record = ledger.get(operation_id)
-            if record is None:
-                return self.problem(f"no operation {operation_id!r} in the ledger", 404)
             events = ledger.events(operation_id)
         except EffectGuardError as exc:
             return self.problem(str(exc), 400)
@@ -154,7 +170,9 @@ class _Pages:
             blocked=blocked,
             actions=ACTIONS,
             can_reprobe=self.settings.tools is not None,
-            done=request.query_params.get("done", ""),
+            done=done,
+            probed=probed,
+            probed_output=None if probed is None else _pretty(probed.output),
         )
 
     def waiting_runs(self) -> list[RunView]:
@@ -221,6 +239,22 @@ class _Pages:
         target = "/operation?" + urlencode({"id": operation_id, "done": "re-probe"})
         return RedirectResponse(target, status_code=303)
 
+    async def fill_from_probe(self, request: Request) -> Response:
+        """Ask the probe and show the operation with the confirm form filled from its answer."""
+        fields = await self.form(request)
+        if isinstance(fields, Response):
+            return fields
+        tools = self.settings.tools
+        if tools is None:  # pragma: no cover - the route exists only with tools
+            return self.problem("start the console with --tools to ask the probe", 400)
+        try:
+            record, probed = probe_output(
+                self.settings.ledger, fields.get("operation_id", ""), tools
+            )
+        except ResolutionRefused as exc:
+            return self.problem(str(exc), 400)
+        return self.operation_page(record, probed=probed)
+
     def stylesheet(self, request: Request) -> Response:  # noqa: ARG002 - Starlette's handler signature
         css = (_HERE / "templates" / "console.css").read_text(encoding="utf-8")
         return PlainTextResponse(css, media_type="text/css")
@@ -275,6 +309,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         routes.append(Route("/resolve", pages.resolve, methods=["POST"]))
         if settings.tools is not None:
             routes.append(Route("/reprobe", pages.reprobe, methods=["POST"]))
+            routes.append(Route("/fill-from-probe", pages.fill_from_probe, methods=["POST"]))
     return Starlette(
         routes=routes,
         middleware=[

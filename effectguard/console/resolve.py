@@ -20,10 +20,19 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from effectguard._decorator import ToolIndex
+    from effectguard._model import OperationRecord
     from effectguard.ledger import EffectLedger
-    from effectguard.operator._recover import ReprobeOutcome
+    from effectguard.operator._recover import ProbedOutput, ReprobeOutcome
 
-__all__ = ["ACTIONS", "Resolution", "ResolutionRefused", "parse_resolution", "reprobe", "resolve"]
+__all__ = [
+    "ACTIONS",
+    "Resolution",
+    "ResolutionRefused",
+    "parse_resolution",
+    "probe_output",
+    "reprobe",
+    "resolve",
+]
 
 #: What an operator can do to an operation, as the CLI names the commands.
 ACTIONS = operator_actions.ACTIONS
@@ -157,5 +166,21 @@ def reprobe(
             actor=actor,
             dry_run=dry_run,
         )
+    except EffectGuardError as exc:
+        raise ResolutionRefused(str(exc)) from exc
+
+
+def probe_output(
+    ledger: EffectLedger, operation_id: str, tools: ToolIndex
+) -> tuple[OperationRecord, ProbedOutput]:
+    """The operation as read, and the output its probe holds now; never writes or dispatches."""
+    try:
+        record = ledger.get(operation_id)
+        if record is None:
+            msg = f"no operation {operation_id!r} in the ledger"
+            raise ResolutionRefused(msg)
+        found = tools.find(record.contract, record.contract_version)
+        contract = None if found is None else found.contract
+        return record, operator_actions.output_from_probe(record, contract)
     except EffectGuardError as exc:
         raise ResolutionRefused(str(exc)) from exc

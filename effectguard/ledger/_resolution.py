@@ -357,6 +357,7 @@ def confirm(
     evidence_reference: str,
     dry_run: bool = False,
     expected: Seen | None = None,
+    output_from: Mapping[str, Any] | None = None,
 ) -> OperationRecord:
     """Mark the operation CONFIRMED with ``output``, which every later call replays.
 
@@ -365,6 +366,8 @@ def confirm(
     string, or None when the provider has no id for the effect. A redacted
     argument value the operator typed, in the output, the provider id, the
     reason or the evidence reference, is stored masked, as a handler's would be.
+    ``output_from`` says where the output came from when the operator did not
+    type it (a probe's answer), and is recorded with the confirmation.
     """
     audit = _audit(actor, reason, evidence_reference)
     if provider_operation_id is not None and (
@@ -393,6 +396,8 @@ def confirm(
             "output": shown,
             "provider_operation_id": provider_id,
         }
+        if output_from is not None:
+            evidence["output_from"] = hide_redacted(record, dict(output_from))[0]
         return to_confirmed(
             record.status,
             record.attempts,

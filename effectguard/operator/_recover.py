@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import enum
 import inspect
+import json
 import logging
 import os
 import socket
@@ -37,7 +38,7 @@ from effectguard._model import (
 )
 from effectguard.errors import ConfigurationError, FencedWriteError, IllegalTransitionError
 from effectguard.ledger import EffectLedger, open_ledger
-from effectguard.ledger._protocol import UNSET, Changes, EventDraft, Expect, to_confirmed
+from effectguard.ledger._protocol import UNSET, Changes, EventDraft, Expect, Seen, to_confirmed
 from effectguard.ledger._resolution import os_user
 
 if TYPE_CHECKING:
@@ -45,11 +46,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REPROBED_STATUSES",
+    "ProbedOutput",
     "Recoverer",
     "RecoveryReport",
     "ReprobeAction",
     "ReprobeOutcome",
     "Skipped",
+    "output_from_probe",
     "recover",
     "reprobe",
     "reprobe_problem",
@@ -321,6 +324,64 @@ def _guaranteed(contract: EffectContract, record: OperationRecord, wall: float |
         return True
     now = time.time() if wall is None else wall
     return now - record.first_dispatched_at.timestamp() < retention
+
+
+# ---- The output a probe found, offered to an operator's confirmation ----
+
+
+@dataclass(frozen=True, slots=True)
+class ProbedOutput:
+    """What a probe answering COMMITTED says the effect returned, ready to confirm.
+
+    ``output`` is in the form the contract stores (its codec's JSON), as
+    ``confirm`` takes it; ``seen`` is the state of the operation the probe was
+    asked about, which the confirmation must still find; ``evidence`` is what
+    the probe said, recorded with the confirmation.
+    """
+
+    operation_id: str
+    output: Any
+    provider_operation_id: str | None
+    seen: Seen
+    evidence: dict[str, Any]
+
+
+def output_from_probe(record: OperationRecord, contract: EffectContract | None) -> ProbedOutput:
+    """Ask ``record``'s probe now and return the output it holds; never writes, never dispatches.
+
+    Raises :class:`~effectguard.errors.IllegalTransitionError` with one line
+    saying what to do instead when the operation cannot be probed (as
+    :func:`reprobe_problem`), when the probe does not answer COMMITTED, or when
+    its output fails the contract's postcondition or cannot be stored.
+    """
+    problem = reprobe_problem(record, contract)
+    if problem is not None:
+        raise IllegalTransitionError(problem)
+    assert contract is not None  # noqa: S101 - reprobe_problem refuses a missing contract
+    op = record.operation_id
+    answer = _ask(contract, record)
+    if answer.status is not ProbeStatus.COMMITTED:
+        msg = (
+            f"the probe of {op!r} answers {answer.status.value}, not committed: it holds no "
+            "output to confirm; check the provider, then confirm with --output-json, "
+            "reject or authorize-retry"
+        )
+        raise IllegalTransitionError(msg)
+    stored = store(contract, answer.output)
+    if isinstance(stored, str) or stored.json is None:
+        why = stored if isinstance(stored, str) else stored.note
+        msg = (
+            f"the probe of {op!r} answers committed, but its output cannot be confirmed as it "
+            f"is ({why}): type the output to confirm with --output-json"
+        )
+        raise IllegalTransitionError(msg)
+    return ProbedOutput(
+        op,
+        json.loads(stored.json),
+        answer.provider_operation_id or stored.provider_operation_id,
+        Seen.of(record),
+        {"probe": answer.status.value, "probe_evidence": jsonable(answer.evidence)},
+    )
 
 
 def _ask(contract: EffectContract, record: OperationRecord) -> OutcomeProbeResult:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections.abc
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Union
 
@@ -209,6 +210,7 @@ def resolve(
     tools: ToolIndex | None = None,
     dry_run: bool = False,
     expected: Seen | None = None,
+    output_from: Mapping[str, Any] | None = None,
 ) -> Resolution:
     """Confirm, reject or authorize a retry of ``operation_id``, checked first (see the module).
 
@@ -219,7 +221,9 @@ def resolve(
     :class:`~effectguard.errors.OperationChangedError` when the operation
     moved on or another write won the race), and
     :class:`~effectguard.errors.InvalidRequestError` for a mismatched output;
-    nothing is written in any of those cases, nor in a dry run.
+    nothing is written in any of those cases, nor in a dry run. ``output_from``
+    (a confirmation's output not typed by the operator, as
+    :func:`~effectguard.operator.output_from_probe` gives it) is recorded with it.
     """
     if action not in ACTIONS:
         msg = f"unknown resolution {action!r}; choose {', '.join(ACTIONS)}"
@@ -245,6 +249,7 @@ def resolve(
             provider_operation_id=provider_operation_id,
             dry_run=dry_run,
             expected=seen,
+            output_from=output_from,
             **audit,
         )
     elif action == "reject":

@@ -46,6 +46,10 @@ provider = FakePaymentProvider(
 def find_capture(invoice_id: str, amount_cents: int, *, idempotency_key: str):
     if (HERE / "probe-down").exists():
         raise ConnectionError("the provider's lookup API is down")
+    if (HERE / "while-probing.py").exists():  # another operator, acting while this one waits
+        import runpy
+
+        runpy.run_path(str(HERE / "while-probing.py"))
     return provider.probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)
 
 

@@ -23,18 +23,25 @@ def _ops(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_every_missing_required_option_is_named_in_one_error(tmp_path: Path) -> None:
-    """A confirm missing four options names all four in one line, exit 2, ledger untouched."""
+    """A confirm missing its options names them in one line, exit 2, ledger untouched."""
     ledger = quarantined_file(tmp_path)
     before = ledger.read_bytes()
+    confirm = ("--db", str(ledger), "confirm", "invoice:INV-1042:capture", "--actor", "alice")
 
-    done = _ops("--db", str(ledger), "confirm", "invoice:INV-1042:capture", "--actor", "alice")
+    done = _ops(*confirm)
 
     assert done.returncode == 2
     expected = (
-        "Error: Missing options '--output-json', '--provider-operation-id', '--reason', "
-        "'--evidence-reference' (see 'agent-effect-ops confirm --help')"
+        "Error: Missing options '--reason', '--evidence-reference' "
+        "(see 'agent-effect-ops confirm --help')"
     )
     assert done.stderr.splitlines() == [expected]
+    # The output is typed, or taken from the probe: either way, the line says both ways.
+    done = _ops(*confirm, "--reason", "r", "--evidence-reference", "T-1", "--output-json", "{}")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "Error: confirm needs --output-json and --provider-operation-id, or --from-probe"
+    ]
     assert ledger.read_bytes() == before
 
 

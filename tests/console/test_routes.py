@@ -6,6 +6,8 @@ still hold exactly the one payment it committed before its acknowledgement was l
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +34,7 @@ from console_support import (  # noqa: E402 - imported once the extra is known t
 from markupsafe import escape  # noqa: E402 - imported once the extra is known to be installed (jinja2 needs it)
 from starlette.testclient import TestClient  # noqa: E402 - imported once the extra is known to be installed
 
-from effectguard import EffectExecutor, EffectLedger, EffectStatus  # noqa: E402 - imported once the extra is known to be installed
+from effectguard import EffectExecutor, EffectLedger, EffectStatus, use_executor  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console import ConsoleSettings, create_app  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console.security import COOKIE, SECURITY_HEADERS  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.operator import load_tools  # noqa: E402 - imported once the extra is known to be installed
@@ -431,6 +433,84 @@ def test_reprobe_confirms_on_the_providers_evidence_and_never_sends(
     assert record is not None
     assert record.status is EffectStatus.CONFIRMED
     assert "alice (console" in str(ledger.events(op)[-1].evidence.get("reprobed_by"))
+    assert tools.provider.committed() == 1
+    assert tools.provider.requests == 1
+
+
+def _form_fields(page: str) -> dict[str, str]:
+    """The resolve form's hidden and prefilled fields, as the browser would post them."""
+    form = page[page.index('id="resolve"') : page.index("</form>", page.index('id="resolve"'))]
+    fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', form))
+    output = re.search(r'<textarea name="output_json"[^>]*>(.*?)</textarea>', form, re.DOTALL)
+    assert output is not None
+    fields["output_json"] = html.unescape(output.group(1))
+    fields["provider_operation_id"] = html.unescape(fields.get("provider_operation_id", ""))
+    return fields
+
+
+def test_the_confirm_form_is_filled_from_the_probe_and_bound_to_that_state(
+    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+):
+    """The probe's output prefills confirm; it lands on the state probed, never on a later one."""
+    tools = quarantined_with_probe(ledger)
+    op = "invoice:INV-9:capture"
+    client = console(tools=load_tools([tools]))
+    csrf = _csrf(client, op)
+    assert 'formaction="/fill-from-probe"' in client.get("/operation", params={"id": op}).text
+    before = _snapshot(ledger, backend, ledger_target)
+    down = client.post("/fill-from-probe", data={"csrf": csrf, "operation_id": op})
+    assert down.status_code == 400
+    assert "answers UNKNOWN, not committed" in down.text
+    tools.probe_down = False
+
+    filled = client.post("/fill-from-probe", data={"csrf": csrf, "operation_id": op})
+
+    assert filled.status_code == 200
+    assert 'id="probed"' in filled.text
+    fields = _form_fields(filled.text)
+    capture = tools.provider.effects()[0]["response"]
+    assert json.loads(fields["output_json"]) == capture
+    assert fields["provider_operation_id"] == capture["id"]
+    assert _snapshot(ledger, backend, ledger_target) == before  # asking wrote nothing
+    # Another operator moves the operation on before this one submits the filled form.
+    ledger.authorize_retry(op, actor="bob", reason="try again", evidence_reference="INC-1")
+    form = {**fields, "action": "confirm", "reason": "the probe", "evidence_reference": "INC-2"}
+    stale = client.post("/resolve", data={**form, "submit": "apply"})
+    assert stale.status_code == 400
+    assert "changed since you looked" in stale.text
+    after = ledger.get(op)
+    assert after is not None
+    assert after.status is EffectStatus.PREPARED  # bob's decision, and only bob's
+    assert [e.type.value for e in ledger.events(op)][-1] == "operator_retry_authorized"
+    assert tools.provider.committed() == 1
+    assert tools.provider.requests == 1
+
+
+def test_the_filled_form_confirms_the_probes_output(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    """Submitted unchanged, the prefilled form confirms; the next call replays, nothing is sent."""
+    tools = quarantined_with_probe(ledger)
+    op = "invoice:INV-9:capture"
+    client = console(tools=load_tools([tools]))
+    tools.probe_down = False
+    filled = client.post("/fill-from-probe", data={"csrf": _csrf(client, op), "operation_id": op})
+    form = {
+        **_form_fields(filled.text),
+        "action": "confirm",
+        "reason": "the probe and the dashboard agree",
+        "evidence_reference": "INC-3",
+        "submit": "apply",
+    }
+    assert client.post("/resolve", data=form).status_code == 303
+    record = ledger.get(op)
+    assert record is not None
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.provider_operation_id == tools.provider.effects()[0]["response"]["id"]
+    with use_executor(EffectExecutor(ledger)):
+        again = tools.capture.execute("INV-9", 900)
+    assert again.replayed
+    assert again.output == tools.provider.effects()[0]["response"]
     assert tools.provider.committed() == 1
     assert tools.provider.requests == 1
 
