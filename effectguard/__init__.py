@@ -27,6 +27,7 @@ __all__ = [
     "Configuration",
     "ConfigurationError",
     "DataclassCodec",
+    "EffectAwaitingApproval",
     "EffectContract",
     "EffectExecutor",
     "EffectFunction",
@@ -105,6 +106,7 @@ _OWNERS: dict[str, str] = {
     "OutcomeProbeResult": "effectguard._model",
     "ProbeStatus": "effectguard._model",
     "ConfigurationError": "effectguard.errors",
+    "EffectAwaitingApproval": "effectguard.errors",
     "EffectGuardError": "effectguard.errors",
     "EffectInProgress": "effectguard.errors",
     "EffectNotConfirmed": "effectguard.errors",
@@ -181,6 +183,7 @@ if TYPE_CHECKING:
     from effectguard._scope import call_scope as call_scope
     from effectguard._scope import call_scoped as call_scoped
     from effectguard.errors import ConfigurationError as ConfigurationError
+    from effectguard.errors import EffectAwaitingApproval as EffectAwaitingApproval
     from effectguard.errors import EffectGuardError as EffectGuardError
     from effectguard.errors import EffectInProgress as EffectInProgress
     from effectguard.errors import EffectNotConfirmed as EffectNotConfirmed

@@ -177,6 +177,10 @@ class EffectContract:
     between automatic attempts and re-probes (exponential backoff, full jitter);
     ``deadline`` (seconds) bounds how long one call keeps waiting. None takes the
     executor's default (see :func:`effectguard.configure`).
+
+    ``requires_approval`` (True, or a predicate on the arguments) makes a new
+    request wait, recorded and unsent, for a person's approval of exactly that
+    request (AWAITING_APPROVAL); the approval is used by the next call, once.
     """
 
     name: str
@@ -200,6 +204,7 @@ class EffectContract:
     retry_wait_initial: float | None = None
     retry_wait_max: float | None = None
     deadline: float | None = None
+    requires_approval: bool | Callable[[Arguments], bool] = False
 
     def __post_init__(self) -> None:
         # The one place a contract's settings are checked: @effect passes its options here.
@@ -210,6 +215,12 @@ class EffectContract:
             problems.append(
                 f"unknown_outcome={self.unknown_outcome!r} is not a policy; "
                 f"expected one of {choices}"
+            )
+        approval = self.requires_approval
+        if not isinstance(approval, bool) and not callable(approval):
+            problems.append(
+                "requires_approval must be True, False or a predicate on the arguments, "
+                f"not {approval!r}"
             )
         redact = redacted_names(self.redact)
         if redact is None:
@@ -294,6 +305,31 @@ class EffectContract:
                 f"retry_wait_initial ({initial!r}) must not exceed retry_wait_max ({maximum!r})"
             )
         return problems
+
+    def needs_approval(self, arguments: Arguments) -> bool:
+        """Whether a new request with ``arguments`` must wait for a person's approval.
+
+        Raises :class:`~effectguard.errors.ConfigurationError` naming the
+        contract when its predicate raises or answers something other than a bool.
+        """
+        approval = self.requires_approval
+        if approval is False or approval is True:
+            return approval
+        try:
+            answer = approval(dict(arguments))
+        except Exception as exc:
+            msg = (
+                f"contract {self.name!r}: requires_approval raised {type(exc).__name__}: {exc}; "
+                "nothing was recorded or sent"
+            )
+            raise ConfigurationError(msg) from exc
+        if not isinstance(answer, bool):
+            msg = (
+                f"contract {self.name!r}: requires_approval returned {answer!r}, not True or "
+                "False; nothing was recorded or sent"
+            )
+            raise ConfigurationError(msg)
+        return answer
 
     def identity(self, arguments: Arguments) -> tuple[str, str | None]:
         """Return ``(operation_id, provider_key)`` for ``arguments``.

@@ -48,6 +48,7 @@ from effectguard._model import EffectResult, EffectStatus
 from effectguard._scope import SCOPE_FIELDS, require_scope
 from effectguard.errors import (
     ConfigurationError,
+    EffectAwaitingApproval,
     EffectInProgress,
     EffectNotConfirmed,
     EffectNotSent,
@@ -885,6 +886,8 @@ def outcome_of(result: EffectResult[Any], executor: EffectExecutor | None = None
     ledger = "LEDGER" if executor is None else ledger_reference(executor.ledger)
     if status is EffectStatus.QUARANTINED:
         error = EffectQuarantined(result, ledger=ledger)
+    elif status is EffectStatus.AWAITING_APPROVAL:
+        error = EffectAwaitingApproval(result, ledger=ledger)
     elif status is EffectStatus.PREPARED and not result.replayed:
         reason = f"operation {result.operation_id!r} was not sent: {result.reason}"
         error = EffectNotSent(reason, evidence=result.evidence, result=result)
@@ -1106,6 +1109,7 @@ def effect(
     retry_wait_initial: float | timedelta | None = None,
     retry_wait_max: float | timedelta | None = None,
     deadline: float | timedelta | None = None,
+    requires_approval: bool | Callable[[Arguments], bool] = False,
 ) -> EffectDecorator:
     """Guard a tool function's side effect with an :class:`EffectContract`.
 
@@ -1151,6 +1155,13 @@ def effect(
     ``retry_wait_initial``, ``retry_wait_max`` and ``deadline`` (seconds or
     timedeltas) shape the waits between automatic attempts and re-probes; unset,
     they are the executor's (see :func:`effectguard.configure`).
+
+    ``requires_approval`` (True, or a predicate on the arguments mapping such as
+    ``lambda a: a["amount_cents"] > 10_000``) makes a new request wait for a
+    person's approval of exactly that request: the call records it and raises
+    :class:`~effectguard.EffectAwaitingApproval`, sending nothing; once
+    ``agent-effect-ops approve`` (or the ledger's ``approve``) has approved it,
+    the next call sends it once.
     """
     # Every parameter above, by name: the signature is the one list of the options.
     return EffectDecorator(Options.from_keywords(locals()))

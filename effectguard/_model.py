@@ -37,8 +37,12 @@ class EffectStatus(enum.StrEnum):
     QUARANTINED leaves only through an audited operator resolution, or when one
     of the operation's own handlers, past its deadline or its lease, returns an
     output that passes the postcondition (the provider's own acknowledgement).
+    AWAITING_APPROVAL is a request recorded and never sent: a person's approval
+    of exactly that request makes it PREPARED (sent by the next call), a denial
+    REJECTED.
     """
 
+    AWAITING_APPROVAL = "AWAITING_APPROVAL"
     PREPARED = "PREPARED"
     DISPATCHED = "DISPATCHED"
     CONFIRMED = "CONFIRMED"
@@ -102,6 +106,14 @@ class EventType(enum.StrEnum):
     OPERATOR_REJECTED = "operator_rejected"
     OPERATOR_RETRY_AUTHORIZED = "operator_retry_authorized"
     REPROBED = "reprobed"
+    #: A request that needs a person's approval, recorded and not sent (new -> AWAITING_APPROVAL).
+    APPROVAL_REQUESTED = "approval_requested"
+    #: A person approved the exact request (AWAITING_APPROVAL -> PREPARED).
+    OPERATOR_APPROVED = "operator_approved"
+    #: A person denied it (AWAITING_APPROVAL -> REJECTED): it is never sent.
+    OPERATOR_DENIED = "operator_denied"
+    #: An approval ran out before a call used it (PREPARED -> AWAITING_APPROVAL).
+    APPROVAL_EXPIRED = "approval_expired"
 
 
 @dataclass(frozen=True, slots=True)

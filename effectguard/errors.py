@@ -59,6 +59,7 @@ __all__ = [
     "CheckpointConflictError",
     "CheckpointError",
     "ConfigurationError",
+    "EffectAwaitingApproval",
     "EffectGuardError",
     "EffectInProgress",
     "EffectNotConfirmed",
@@ -280,6 +281,25 @@ class EffectQuarantined(EffectNotConfirmed):
             f"{operation}` shows the evidence; check the provider's records, then run "
             f"`agent-effect-ops --db {ledger} confirm {operation} ...` if it took effect "
             f"or `agent-effect-ops --db {ledger} authorize-retry {operation} ...` if it did not"
+        )
+
+
+class EffectAwaitingApproval(EffectNotConfirmed):
+    """The request needs a person's approval and has none yet: it is recorded, nothing was sent.
+
+    The approval is of exactly this request (its fingerprint): once given,
+    the next call with the same request sends it once; a denial makes it
+    REJECTED for good. Asking again changes nothing.
+    """
+
+    @staticmethod
+    def next_step(operation: str, ledger: str = "LEDGER") -> str:
+        """See :meth:`EffectNotConfirmed.next_step`."""
+        return (
+            f"A person must approve it: `agent-effect-ops --db {ledger} show {operation}` "
+            f"shows the request; `agent-effect-ops --db {ledger} approve {operation} "
+            "--actor WHO --reason WHY --evidence-reference REF` approves it (or `deny` refuses "
+            "it), then call again to send it"
         )
 
 

@@ -103,6 +103,8 @@ from effectguard.ledger._protocol import (
     claims_first,
     to_confirmed,
 )
+from effectguard.ledger._resolution import approval_expiry
+from effectguard.ledger._rows import AWAITING
 
 __all__ = [
     "DEFAULT_DEADLINE",
@@ -136,6 +138,7 @@ _DISPATCHED = EffectStatus.DISPATCHED
 _CONFIRMED = EffectStatus.CONFIRMED
 _RECONCILING = EffectStatus.RECONCILING
 _PREPARED = EffectStatus.PREPARED
+_AWAITING_APPROVAL = EffectStatus.AWAITING_APPROVAL
 _UNKNOWN = EffectStatus.OUTCOME_UNKNOWN
 #: The event a claim appends (the ledger writes it; observers hear of it).
 _CLAIMED = EventDraft(EventType.CLAIMED, None, _DISPATCHED, 1)
@@ -624,6 +627,7 @@ class StateMachine:
             self.lease(call, token),
             call.stored_json,
             call.fingerprinted,
+            False,  # noqa: FBT003 - NewOperation's positional fields, in order
         )
 
     def lease(self, call: Call, token: str) -> Lease:
@@ -793,6 +797,12 @@ class StateMachine:
                 continue
             if record.fingerprint != call.fingerprint:
                 raise conflict(call, record)
+            if record.status is _AWAITING_APPROVAL:
+                return self.result(call, record, replayed=True)
+            if record.status is _PREPARED and record.attempts == 0:
+                expired = yield from self._approval_expired(call, record)
+                if expired is not None:
+                    return expired
             if record.status.terminal or record.status is EffectStatus.QUARANTINED:
                 replayed = self.result(call, record, replayed=True)
                 # Only once its output has passed the check; a QUARANTINED one is not kept.
@@ -821,6 +831,9 @@ class StateMachine:
         self, call: Call
     ) -> Generator[Step, Any, EffectResult[Any] | OperationRecord]:
         """Claim an operation no record was found for and work it; the record found if one won."""
+        contract = call.contract
+        if contract.requires_approval is not False and contract.needs_approval(call.arguments):
+            return (yield from self._request_approval(call))
         token = _token()
         TOKENS.hold(token)
         record: OperationRecord
@@ -835,6 +848,55 @@ class StateMachine:
             result: EffectResult[Any] = yield from self.work(call, record, token, dispatch=True)
             return result
         return record
+
+    def _request_approval(
+        self, call: Call
+    ) -> Generator[Step, Any, EffectResult[Any] | OperationRecord]:
+        """Record a request that needs a person's approval, unsent; the record found if one won."""
+        operation = dataclasses.replace(self.new_operation(call, _token()), awaiting_approval=True)
+        ledger, writes = self.ledger, self.async_ledger if call.on_loop else None
+        record: OperationRecord
+        created: bool
+        record, created = yield LedgerStep(
+            lambda: ledger.claim(operation, now=self.now()),
+            None if writes is None else lambda: writes.claim_async(operation, now=self.now()),
+        )
+        if not created:
+            return record
+        self.notify(call, (AWAITING,), record)
+        return self.result(call, record, replayed=False)
+
+    def _approval_expired(
+        self, call: Call, record: OperationRecord
+    ) -> Generator[Step, Any, EffectResult[Any] | None]:
+        """Void an approved request's approval that ran out before any call sent it.
+
+        None when the approval still holds (or another writer moved the row:
+        the caller's loop reads it again); else the request waits for a new
+        approval, AWAITING_APPROVAL, and nothing is sent.
+        """
+        expires = approval_expiry(record)
+        if expires is None or self.wall() < expires.timestamp():
+            return None
+        evidence = {"expired_at": expires.isoformat(), "approved_by": record.evidence.get("actor")}
+        expect = Expect(
+            statuses=frozenset({_PREPARED}), lease_expired=True, event_count=record.event_count
+        )
+        changes = Changes(
+            _AWAITING_APPROVAL,
+            lease=None,
+            reason=f"the approval ran out at {expires:%Y-%m-%d %H:%M:%S} UTC before any call "
+            "sent the request; it waits for a new approval and nothing was sent",
+            evidence=evidence,
+        )
+        event = EventDraft(
+            EventType.APPROVAL_EXPIRED, _PREPARED, _AWAITING_APPROVAL, record.attempts, evidence
+        )
+        try:
+            voided: OperationRecord = yield self.write(call, expect, changes, event)
+        except FencedWriteError:
+            return None
+        return self.result(call, voided, replayed=True)
 
     def claim_step(self, call: Call, token: str) -> LedgerStep:
         """The step that claims the operation under ``token``: ``(record, created)`` back."""
@@ -1985,6 +2047,9 @@ class EffectExecutor:
             if record.fingerprint == call.fingerprint and record.status.terminal:
                 return self._replayed(call, record, commits, unheard=unheard)
             return self._drive(call, states.reported(call, states.drive(call, record)))
+        contract = call.contract
+        if contract.requires_approval is not False and contract.needs_approval(call.arguments):
+            return self._drive(call, states.reported(call, states.drive(call, None)))
         token = _token()
         TOKENS.hold(token)
         try:

@@ -25,15 +25,21 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
-def parse_duration(text: str) -> float:
+def parse_duration(
+    text: str,
+    *,
+    option: str = "--older-than",
+    longest: float | None = None,
+    too_long: str = "longer than 1000 years: nothing is that old",
+) -> float:
     """Seconds in ``text``: ``30d``, ``12h``, ``90m``, ``45s`` or ``2w``; a usage error if not."""
     found = _DURATION.fullmatch(text.strip().lower())
     if found is None:
-        msg = f"--older-than {text!r} is not a duration: write a number and s, m, h, d or w (30d)"
+        msg = f"{option} {text!r} is not a duration: write a number and s, m, h, d or w (30d)"
         raise OpsUsageError(msg)
     seconds = float(found.group(1)) * _UNITS[found.group(2)]
-    if seconds > _LONGEST:
-        msg = f"--older-than {text[:40]!r} is longer than 1000 years: nothing is that old"
+    if seconds > (_LONGEST if longest is None else longest):
+        msg = f"{option} {text[:40]!r} is {too_long}"
         raise OpsUsageError(msg)
     return seconds
 

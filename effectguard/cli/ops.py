@@ -45,6 +45,9 @@ from effectguard.cli._ops_session import (
     tools_option,
 )
 
+#: As :data:`effectguard.ledger._resolution.MAX_APPROVAL_SECONDS` (ten years).
+_MAX_APPROVAL_SECONDS = 10 * 365 * 86_400.0
+
 #: As :data:`effectguard.ledger.sqlite.MAX_BUSY_TIMEOUT` (not imported: --help stays cheap).
 MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 
@@ -231,7 +234,12 @@ def _resolve(
     from effectguard.cli._ops_telemetry import trace_resolution  # noqa: PLC0415 - keeps --help cheap
 
     trace_resolution(done.after, event)  # a span, when the process has a tracer
-    verb = {"confirm": "confirmed", "reject": "rejected"}.get(action, "authorized a retry of")
+    verb = {
+        "confirm": "confirmed",
+        "reject": "rejected",
+        "approve": "approved",
+        "deny": "denied",
+    }.get(action, "authorized a retry of")
     click.echo(
         f"{verb} {operation_id!r}: {event.from_status} -> {event.to_status} "
         f"(event {event.seq}, actor {event.evidence.get('actor')!r}, recorded as {recorder})"
@@ -341,6 +349,59 @@ def authorize_retry(operation_id: str, dry_run: bool, **fields: Any) -> None:
     no earlier attempt can still take effect, so it clears any overlap risk.
     """
     _resolve(operation_id, "authorize-retry", None, dry_run, **fields)
+
+
+def _approval_duration(
+    ctx: click.Context,  # noqa: ARG001 - Click's callback signature
+    param: click.Parameter,  # noqa: ARG001 - Click's callback signature
+    value: str | None,
+) -> float | None:
+    """Option callback: ``--expires-in`` in seconds (None when not given)."""
+    if value is None:
+        return None
+    from effectguard.cli._ops_prune import parse_duration  # noqa: PLC0415 - keeps --help cheap
+
+    seconds = parse_duration(
+        value,
+        option="--expires-in",
+        longest=_MAX_APPROVAL_SECONDS,
+        too_long="longer than ten years: approve for less, and again when needed",
+    )
+    if seconds <= 0:
+        msg = f"--expires-in {value!r} is no time at all: give a duration above 0 (30m)"
+        raise OpsUsageError(msg)
+    return seconds
+
+
+@main.command(short_help="Approve exactly the request OP holds; the next call sends it once.")
+@click.argument("operation_id", metavar="OP")
+@audit_options
+@click.option(
+    "--expires-in",
+    metavar="DURATION",
+    callback=_approval_duration,
+    help="Void the approval if no call has used it within DURATION (e.g. 30m, 2h, 1d).",
+)
+@expect_options
+@_dry_run_option
+def approve(operation_id: str, dry_run: bool, expires_in: float | None, **fields: Any) -> None:
+    """Approve the request operation OP holds (AWAITING_APPROVAL): exactly those arguments.
+
+    The next call with the same request sends it, once, however many race;
+    a different request under OP stays a conflict. `show OP` shows what you
+    approve. Only an operation awaiting approval can be approved.
+    """
+    _resolve(operation_id, "approve", None, dry_run, expires_in=expires_in, **fields)
+
+
+@main.command(short_help="Deny the request OP holds: REJECTED, never sent.")
+@click.argument("operation_id", metavar="OP")
+@audit_options
+@expect_options
+@_dry_run_option
+def deny(operation_id: str, dry_run: bool, **fields: Any) -> None:
+    """Deny the request operation OP holds (AWAITING_APPROVAL): it is REJECTED and never sent."""
+    _resolve(operation_id, "deny", None, dry_run, **fields)
 
 
 @main.command(short_help="Check every hash chain, row and claim; exit 1 naming any break.")

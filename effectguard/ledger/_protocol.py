@@ -99,6 +99,9 @@ class NewOperation:
     when given, is their canonical JSON (the ledger stores it rather than
     encoding them again); ``fingerprinted`` says it is also the very text the
     fingerprint hashed (nothing was redacted), so the fingerprint commits to it.
+    With ``awaiting_approval`` the claim records the request unsent instead:
+    AWAITING_APPROVAL, attempt 0, no lease, in one
+    :attr:`~effectguard.EventType.APPROVAL_REQUESTED` event.
     """
 
     operation_id: str
@@ -111,6 +114,7 @@ class NewOperation:
     lease: Lease
     arguments_json: str | None = None
     fingerprinted: bool = False
+    awaiting_approval: bool = False
 
 
 @dataclass(frozen=True, slots=True)

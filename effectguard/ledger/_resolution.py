@@ -16,6 +16,7 @@ import os
 import re
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from effectguard._fingerprint import REDACTED, canonical_json, check_json_value, request_fingerprint
@@ -39,11 +40,15 @@ from effectguard.ledger._protocol import (
 )
 
 __all__ = [
+    "MAX_APPROVAL_SECONDS",
     "MAX_ASSIGNMENTS",
     "OperatorResolution",
+    "approval_expiry",
+    "approve",
     "authorize_retry",
     "changed",
     "confirm",
+    "deny",
     "described",
     "hide_redacted",
     "os_user",
@@ -511,6 +516,138 @@ def authorize_retry(
     )
 
 
+# ---- Approvals of exact requests ----
+
+_AWAITING = frozenset({EffectStatus.AWAITING_APPROVAL})
+
+#: The longest approval (ten years): longer is a mistake, not a policy.
+MAX_APPROVAL_SECONDS = 10 * 365 * 86_400.0
+
+
+def approval_expiry(record: OperationRecord) -> datetime | None:
+    """When the approval that made ``record`` PREPARED runs out; None if it never does.
+
+    Only an approved request not yet sent has one: PREPARED, attempt 0.
+    """
+    if record.status is not EffectStatus.PREPARED or record.attempts != 0:
+        return None
+    text = record.evidence.get("expires_at")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return datetime.fromtimestamp(0, UTC)  # unreadable: treated as run out, never as forever
+
+
+def approve(
+    ledger: _Primitives,
+    operation_id: str,
+    *,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+    expires_in: float | None = None,
+    dry_run: bool = False,
+    expected: Seen | None = None,
+) -> OperationRecord:
+    """Approve exactly the request an AWAITING_APPROVAL operation holds: it becomes PREPARED.
+
+    The next call with the same request sends it, once (racing calls send it
+    once between them); a different request under the id stays a conflict.
+    ``expires_in`` (seconds) voids the approval if no call has used it by then.
+    The event records the audit, the fingerprint approved and the expiry.
+    """
+    audit = _audit(actor, reason, evidence_reference)
+    if expires_in is not None and (
+        isinstance(expires_in, bool)
+        or not isinstance(expires_in, (int, float))
+        or not 0 < expires_in <= MAX_APPROVAL_SECONDS
+    ):
+        msg = (
+            f"expires_in must be a number of seconds above 0 and at most ten years, "
+            f"not {expires_in!r}"
+        )
+        raise InvalidRequestError(msg)
+    expires = None if expires_in is None else datetime.now(UTC) + timedelta(seconds=expires_in)
+
+    def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
+        said, _ = hide_redacted(record, audit)
+        evidence = {
+            **said,
+            "approved_fingerprint": record.fingerprint,
+            "expires_at": None if expires is None else expires.isoformat(),
+        }
+        until = "" if expires is None else f" (until {expires:%Y-%m-%d %H:%M:%S} UTC)"
+        changes = Changes(
+            status=EffectStatus.PREPARED,
+            lease=None,
+            reason=f"approved by {said['actor']}{until}: {said['reason']}; the next call sends it",
+            evidence=evidence,
+        )
+        event = EventDraft(
+            EventType.OPERATOR_APPROVED,
+            record.status,
+            EffectStatus.PREPARED,
+            record.attempts,
+            evidence,
+        )
+        return changes, event
+
+    return _resolve(
+        ledger,
+        operation_id,
+        action="approve",
+        allowed=_AWAITING,
+        build=build,
+        dry_run=dry_run,
+        expected=expected,
+    )
+
+
+def deny(
+    ledger: _Primitives,
+    operation_id: str,
+    *,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+    dry_run: bool = False,
+    expected: Seen | None = None,
+) -> OperationRecord:
+    """Deny the request an AWAITING_APPROVAL operation holds: REJECTED, never sent."""
+    audit = _audit(actor, reason, evidence_reference)
+
+    def build(record: OperationRecord) -> tuple[Changes, EventDraft]:
+        said, _ = hide_redacted(record, audit)
+        evidence = {**said, "denied_fingerprint": record.fingerprint}
+        changes = Changes(
+            status=EffectStatus.REJECTED,
+            lease=None,
+            output_json=None,
+            reason=f"denied by {said['actor']}: {said['reason']}; it is never sent",
+            evidence=evidence,
+        )
+        event = EventDraft(
+            EventType.OPERATOR_DENIED,
+            record.status,
+            EffectStatus.REJECTED,
+            record.attempts,
+            evidence,
+        )
+        return changes, event
+
+    return _resolve(
+        ledger,
+        operation_id,
+        action="deny",
+        allowed=_AWAITING,
+        build=build,
+        dry_run=dry_run,
+        expected=expected,
+    )
+
+
 class OperatorResolution:
     """Gives a ledger backend the audited operator writes, over its own ``get`` and ``transition``.
 
@@ -554,6 +691,46 @@ class OperatorResolution:
     ) -> OperationRecord:
         """See :func:`effectguard.ledger.resolution.reject`."""
         return reject(
+            self,
+            operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expected=expected,
+        )
+
+    def approve(
+        self: _Primitives,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expires_in: float | None = None,
+        expected: Seen | None = None,
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.approve`."""
+        return approve(
+            self,
+            operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expires_in=expires_in,
+            expected=expected,
+        )
+
+    def deny(
+        self: _Primitives,
+        operation_id: str,
+        *,
+        actor: str,
+        reason: str,
+        evidence_reference: str,
+        expected: Seen | None = None,
+    ) -> OperationRecord:
+        """See :func:`effectguard.ledger.resolution.deny`."""
+        return deny(
             self,
             operation_id,
             actor=actor,

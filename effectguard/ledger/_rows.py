@@ -365,6 +365,10 @@ class Version(NamedTuple):
 
 #: The one event of every claim: a new operation recorded and dispatched in one commit.
 CLAIM = EventDraft(EventType.CLAIMED, None, EffectStatus.DISPATCHED, 1)
+#: The one event of a request recorded to wait for a person's approval, unsent.
+AWAITING = EventDraft(EventType.APPROVAL_REQUESTED, None, EffectStatus.AWAITING_APPROVAL, 0)
+#: The reason an operation waiting for approval carries.
+APPROVAL_REASON = "waiting for a person's approval of this exact request; nothing was sent"
 
 
 class Rows:
@@ -524,23 +528,24 @@ class Rows:
         This is the general form; a backend's own claim statement writes the same.
         """
         lease = operation.lease
+        waits = operation.awaiting_approval
         fields: dict[str, Any] = {
             "operation_id": operation.operation_id,
             "contract": operation.contract,
             "contract_version": operation.contract_version,
             "fingerprint": operation.fingerprint,
             "provider_key": operation.provider_key,
-            "status": EffectStatus.DISPATCHED,
-            "attempts": 1,
+            "status": EffectStatus.AWAITING_APPROVAL if waits else EffectStatus.DISPATCHED,
+            "attempts": 0 if waits else 1,
             "attempt_budget": operation.attempt_budget,
             "arguments": operation.arguments,
             "output_json": None,
             "provider_operation_id": None,
-            "reason": None,
+            "reason": APPROVAL_REASON if waits else None,
             "evidence": None,
-            "lease_token": lease.token,
-            "lease_owner": lease.owner,
-            "lease_expires_at": now_us + round(lease.seconds * 1_000_000),
+            "lease_token": None if waits else lease.token,
+            "lease_owner": None if waits else lease.owner,
+            "lease_expires_at": None if waits else now_us + round(lease.seconds * 1_000_000),
             "overlap": (),
             "created_at": now_us,
             "updated_at": now_us,
@@ -555,11 +560,12 @@ class Rows:
         if operation.arguments_json is not None:
             stored[self.name("arguments")] = operation.arguments_json
         commits = committed.commits_of(stored, covered=operation.fingerprinted)
-        # A claim commits to having no output and no provider id without writing them down
-        # (``verify`` reads them into a claim): the bytes SQLite's own claim writes.
-        del commits["output"], commits["provider_operation_id"]
+        if not waits:
+            # A claim commits to having no output and no provider id without writing them
+            # down (``verify`` reads them into a claim): the bytes SQLite's own claim writes.
+            del commits["output"], commits["provider_operation_id"]
         events, count, head = self.appended(
-            operation.operation_id, (CLAIM,), 0, None, now_us, commits
+            operation.operation_id, (AWAITING if waits else CLAIM,), 0, None, now_us, commits
         )
         stored[self.name("event_count")] = count
         stored[self.name("event_head")] = head or b""

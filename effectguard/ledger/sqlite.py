@@ -1647,6 +1647,9 @@ _VERIFY_HEADS = (
     " FROM operations ORDER BY operation_id"
 )
 _CLAIM = f"INSERT INTO claim_writes VALUES ({','.join('?' * 13)})"
+_TOMBSTONED = "SELECT 1 FROM tombstones WHERE operation_id = ?"
+# A claim's entry in the anchor; its running hash is filled in later (anchor_pending).
+_ANCHOR_CLAIM = "INSERT INTO claims (operation_id) VALUES (?)"
 _ROW_WRITE = f"INSERT INTO row_writes VALUES ({','.join('?' * 24)})"
 _TOKEN = rows.operation_columns.index("lease_token")
 _EXPIRES = rows.operation_columns.index("lease_expires_us")
@@ -1757,6 +1760,8 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
     ) -> tuple[OperationRecord, bool]:
         """See :meth:`EffectLedger.claim`."""
         now_us = round((self._clock() if now is None else now) * _MICROS)  # _now_us, inline
+        if operation.awaiting_approval:
+            return self._write(self._requesting(operation, now_us), operation.operation_id)
         work = self._claiming(operation, now_us)
         return self._write(work, operation.operation_id, standalone=True)
 
@@ -1764,8 +1769,35 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
         self, operation: NewOperation, *, now: float | None = None
     ) -> tuple[OperationRecord, bool]:
         """:meth:`claim` from an event loop: the ledger's writer thread commits it."""
-        work = self._claiming(operation, self._now_us(now))
+        if operation.awaiting_approval:
+            work = self._requesting(operation, self._now_us(now))
+        else:
+            work = self._claiming(operation, self._now_us(now))
         return await self._write_async(work, operation.operation_id)
+
+    def _requesting(
+        self, operation: NewOperation, now_us: int
+    ) -> Callable[[Connection], tuple[OperationRecord, bool]]:
+        """The work of a claim that records a request unsent, to wait for a person's approval.
+
+        The same commitments, anchor entry and tombstone refusal as any claim;
+        a request found in its way is returned as a claim returns it.
+        """
+        values, event_rows = rows.created(operation, now_us)
+        operation_id = operation.operation_id
+
+        def work(conn: Connection) -> tuple[OperationRecord, bool]:
+            if conn.execute(_TOMBSTONED, (operation_id,)).fetchone() is not None:
+                refuse_tombstoned(conn, operation_id, operation.fingerprint)
+            try:
+                conn.execute(_INSERT_LOADED, values)
+            except sqlite3.IntegrityError as exc:
+                return self._found(conn, operation, now_us, exc), False
+            conn.executemany(_INSERT_EVENT, event_rows)
+            conn.execute(_ANCHOR_CLAIM, (operation_id,))
+            return rows.record(values, now_us), True
+
+        return work
 
     def _claiming(
         self, operation: NewOperation, now_us: int

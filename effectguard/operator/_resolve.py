@@ -144,11 +144,12 @@ def _typed_dict(value: Any, annotation: Any, path: str) -> str | None:
 
 # ---- An operator's resolution, checked and previewable ----
 
-Action = Literal["confirm", "reject", "authorize-retry"]
+Action = Literal["confirm", "reject", "authorize-retry", "approve", "deny"]
 
 
-#: The resolutions :func:`resolve` performs.
-ACTIONS: tuple[Action, ...] = ("confirm", "reject", "authorize-retry")
+#: The resolutions :func:`resolve` performs: of an uncertain operation, then of a request
+#: awaiting approval.
+ACTIONS: tuple[Action, ...] = ("confirm", "reject", "authorize-retry", "approve", "deny")
 
 
 #: The warning given when a confirmation's output cannot be checked (no tools given).
@@ -211,6 +212,7 @@ def resolve(
     dry_run: bool = False,
     expected: Seen | None = None,
     output_from: Mapping[str, Any] | None = None,
+    expires_in: float | None = None,
 ) -> Resolution:
     """Confirm, reject or authorize a retry of ``operation_id``, checked first (see the module).
 
@@ -224,6 +226,7 @@ def resolve(
     nothing is written in any of those cases, nor in a dry run. ``output_from``
     (a confirmation's output not typed by the operator, as
     :func:`~effectguard.operator.output_from_probe` gives it) is recorded with it.
+    ``expires_in`` (seconds) bounds an approval: unused by then, it is void.
     """
     if action not in ACTIONS:
         msg = f"unknown resolution {action!r}; choose {', '.join(ACTIONS)}"
@@ -254,6 +257,12 @@ def resolve(
         )
     elif action == "reject":
         after = resolution.reject(ledger, operation_id, dry_run=dry_run, expected=seen, **audit)
+    elif action == "approve":
+        after = resolution.approve(
+            ledger, operation_id, expires_in=expires_in, dry_run=dry_run, expected=seen, **audit
+        )
+    elif action == "deny":
+        after = resolution.deny(ledger, operation_id, dry_run=dry_run, expected=seen, **audit)
     else:
         after = resolution.authorize_retry(
             ledger, operation_id, dry_run=dry_run, expected=seen, **audit
