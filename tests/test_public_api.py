@@ -25,6 +25,7 @@ PUBLIC = sorted(
         "Configuration",
         "ConfigurationError",
         "DataclassCodec",
+        "EffectAwaitingApproval",
         "EffectContract",
         "EffectExecutor",
         "EffectFunction",

@@ -355,9 +355,8 @@ def output_from_probe(record: OperationRecord, contract: EffectContract | None) 
     its output fails the contract's postcondition or cannot be stored.
     """
     problem = reprobe_problem(record, contract)
-    if problem is not None:
-        raise IllegalTransitionError(problem)
-    assert contract is not None  # noqa: S101 - reprobe_problem refuses a missing contract
+    if problem is not None or contract is None:  # reprobe_problem names a missing contract
+        raise IllegalTransitionError(problem or "no tool was given: its probe lives in your code")
     op = record.operation_id
     answer = _ask(contract, record)
     if answer.status is not ProbeStatus.COMMITTED:
