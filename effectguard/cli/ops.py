@@ -306,13 +306,14 @@ def confirm(
     output is checked against the tool's return type first, and refused if it
     does not match; without, it is stored unchecked (warned).
     """
-    typed = [
+    given = click.get_current_context().get_parameter_source
+    typed = [  # given on the command line, whatever the value: `--output-json null` is typed
         option
         for option, name in (
             ("--output-json", "output"),
             ("--provider-operation-id", "provider_operation_id"),
         )
-        if fields[name] is not None
+        if given(name) is click.core.ParameterSource.COMMANDLINE
     ]
     if from_probe and typed:
         msg = f"--from-probe takes the output and the provider's id from the probe: drop {typed[0]}"

@@ -362,8 +362,8 @@ def output_from_probe(record: OperationRecord, contract: EffectContract | None) 
     if answer.status is not ProbeStatus.COMMITTED:
         msg = (
             f"the probe of {op!r} answers {answer.status.value}, not committed: it holds no "
-            "output to confirm; check the provider, then confirm with --output-json, "
-            "reject or authorize-retry"
+            "output to confirm; check the provider, then confirm with the output typed, "
+            "reject or authorize a retry"
         )
         raise IllegalTransitionError(msg)
     stored = store(contract, answer.output)
@@ -371,7 +371,7 @@ def output_from_probe(record: OperationRecord, contract: EffectContract | None) 
         why = stored if isinstance(stored, str) else stored.note
         msg = (
             f"the probe of {op!r} answers committed, but its output cannot be confirmed as it "
-            f"is ({why}): type the output to confirm with --output-json"
+            f"is ({why}): type the output to confirm yourself"
         )
         raise IllegalTransitionError(msg)
     return ProbedOutput(

@@ -85,7 +85,7 @@ def test_a_dry_run_asks_the_probe_and_writes_nothing(site: Site) -> None:
     done = site.ops("confirm", OP, "--from-probe", "--tools", "billing_tools", "--dry-run", *AUDIT)
 
     assert "the probe answers committed" in done.stdout
-    assert "CONFIRMED" in done.stdout
+    assert "would move invoice:INV-9:capture from QUARANTINED to CONFIRMED" in done.stdout
     assert _snapshot(site) == before
     assert site.provider.committed() == 1
 
@@ -118,6 +118,7 @@ def test_a_probe_without_the_effect_confirms_nothing(
     [
         (("--output-json", "{}"), "drop --output-json"),
         (("--provider-operation-id", "ch_1"), "drop --provider-operation-id"),
+        (("--output-json", "null"), "drop --output-json"),  # null is typed too
     ],
 )
 def test_from_probe_and_typed_output_do_not_mix(
@@ -206,3 +207,56 @@ def test_an_operation_that_moves_while_the_probe_answers_is_not_confirmed(site: 
         (EventType.OPERATOR_RETRY_AUTHORIZED, "bob")
     ]
     assert site.provider.committed() == 1
+
+
+def test_a_typed_null_output_still_confirms(site: Site) -> None:
+    """`--output-json null` is an output (a tool may return None), not a missing option."""
+    _uncertain(site)
+
+    done = site.ops(
+        "confirm", OP, "--output-json", "null", "--provider-operation-id", "cap_1", *AUDIT
+    )
+
+    assert f"confirmed {OP!r}: QUARANTINED -> CONFIRMED" in done.stdout
+    record, _ = _read(site)
+    assert record.output_json == "null"
+
+
+def test_from_probe_on_the_state_named_by_expect_events_confirms(site: Site) -> None:
+    """--expect-events naming the state as it is: the probe's output is confirmed on it."""
+    _uncertain(site)
+    record, _ = _read(site)
+
+    site.ops(
+        "confirm",
+        OP,
+        "--from-probe",
+        "--tools",
+        "billing_tools",
+        "--expect-events",
+        str(record.event_count),
+        "--expect-head",
+        record.event_head.hex()[:16],
+        *AUDIT,
+    )
+
+    after, events = _read(site)
+    assert after.status is EffectStatus.CONFIRMED
+    assert events[-1].seq == record.event_count + 1
+    assert site.provider.committed() == 1
+
+
+def test_from_probe_refuses_an_operation_that_is_no_longer_uncertain(site: Site) -> None:
+    """Retry authorized (PREPARED): nothing to probe; refused in one line, nothing written."""
+    _uncertain(site)
+    ledger = open_ledger(site.target)
+    try:
+        ledger.authorize_retry(OP, actor="bob", reason="retry", evidence_reference="T-2")
+    finally:
+        ledger.close()
+    before = _snapshot(site)
+
+    done = site.ops("confirm", OP, "--from-probe", "--tools", "billing_tools", *AUDIT, code=1)
+
+    assert "only uncertain operations are probed" in done.stderr
+    assert _snapshot(site) == before
