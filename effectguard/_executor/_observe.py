@@ -347,8 +347,8 @@ def level(
     WARNING only where a person is needed: a transition to QUARANTINED. An
     outcome that becomes unknown is INFO, whether the probe then finds it (the
     happy path of a lost acknowledgement warns nobody) or a later resume or
-    recovery sweep will. INFO for a confirmation, a rejection and a replay;
-    DEBUG for the rest.
+    recovery sweep will. INFO for a request recorded to wait for its approval,
+    a confirmation, a rejection and a replay; DEBUG for the rest.
     """
     if final:
         return logging.INFO if replayed else logging.DEBUG
@@ -356,8 +356,8 @@ def level(
         return logging.DEBUG  # evidence only (a late result): nothing became anything
     if to_status in _NEEDS_SOMEONE:
         return logging.WARNING
-    if to_status is EffectStatus.OUTCOME_UNKNOWN:
-        return logging.INFO
+    if to_status in (EffectStatus.OUTCOME_UNKNOWN, EffectStatus.AWAITING_APPROVAL):
+        return logging.INFO  # a request waiting for its approval is the policy, not a failure
     if to_status in _SETTLED:
         return logging.INFO
     return logging.DEBUG
