@@ -262,3 +262,41 @@ def test_no_secret_in_logs_transitions_or_errors(
     assert [leak for t in flows.transitions for leak in _leaks(repr(t))] == []
     said = [f"{type(e).__name__}: {e} {getattr(e, 'evidence', '')}" for e in flows.errors]
     assert [leak for line in said for leak in _leaks(line)] == []
+
+
+def test_a_long_provider_id_does_not_switch_off_the_masking_of_the_reason(ledger: Any) -> None:
+    """Too many tokens altogether to try every pairing: each text is still searched on its own."""
+    from effectguard import EffectContract  # noqa: PLC0415 - only this test builds a contract
+    from effectguard.testkit import Fault, FaultPlan, Lookup  # noqa: PLC0415 - only this test
+
+    provider = FakePaymentProvider(
+        idempotency_guaranteed=False, lookup=Lookup.NONE, faults=FaultPlan([Fault.LOSE_ACK])
+    )
+    contract = EffectContract(
+        name="card.capture",
+        operation_id=lambda a: f"long:{a['invoice_id']}",
+        redact=frozenset({"card_number", "cvv"}),
+    )
+    arguments = {"invoice_id": "INV-8", "card_number": CARD, "cvv": CVV}
+    result = EffectExecutor(ledger).execute(
+        contract,
+        arguments,
+        lambda a, *, idempotency_key: provider.capture("INV-8", 1, idempotency_key="k"),
+    )
+    assert result.status is EffectStatus.QUARANTINED
+    long_id = " ".join(f"seg{n}" for n in range(300))  # 300 tokens: 90,000 pairings
+
+    ledger.confirm(
+        "long:INV-8",
+        output={"id": "cap_1"},
+        provider_operation_id=long_id,
+        actor="ops",
+        reason=f"card {CARD} cvv {CVV} charged once",
+        evidence_reference="T-1",
+    )
+
+    events = json.dumps([event.evidence for event in ledger.events("long:INV-8")])
+    record = ledger.get("long:INV-8")
+    assert _leaks(events + str(record.reason)) == []
+    assert "[redacted]" in str(record.reason)
+    assert provider.committed() == 1

@@ -84,28 +84,43 @@ def hide_redacted(
     names = sorted(name for name, value in record.arguments.items() if value == REDACTED)
     if not names:
         return dict(audit), output
-    spellings: dict[Any, set[str]] = {}
-    for text in _strings(list(audit.values()), output):
-        _candidates(text, spellings)
-    for number in _integers(output):
-        spellings.setdefault(number, set()).add(str(number))
-    values = list(spellings)
-    if not values or len(values) ** len(names) > MAX_ASSIGNMENTS:
+    # Every text together first (the values may be spread over several); when that is too
+    # many to try, each text on its own, so that one long text cannot switch masking off.
+    found = _found(record, names, [*audit.values(), output])
+    if found is None:
+        found = set()
+        for text in [*audit.values(), output]:
+            found |= _found(record, names, [text]) or set()
+    if not found:
         return dict(audit), output
-    found: set[str] = set()
+    ordered = sorted(found, key=len, reverse=True)
+    return {key: _mask(value, ordered) for key, value in audit.items()}, _mask(output, ordered)
+
+
+def _found(record: OperationRecord, names: list[str], texts: list[Any]) -> set[str] | None:
+    """The spellings of the redacted values found among ``texts``; None if too many to try."""
+    spellings: dict[Any, set[str]] = {}
+    for text in _strings(*texts):
+        _candidates(text, spellings)
+    for text in texts:
+        for number in _integers(text):
+            spellings.setdefault(number, set()).add(str(number))
+    values = list(spellings)
+    if not values:
+        return set()
+    if len(values) ** len(names) > MAX_ASSIGNMENTS:
+        return None
     for assignment in itertools.product(values, repeat=len(names)):
         arguments = {**record.arguments, **dict(zip(names, assignment, strict=True))}
         fingerprint = request_fingerprint(
             record.contract, record.contract_version, arguments, record.provider_key, names
         )
         if fingerprint == record.fingerprint:
+            found: set[str] = set()
             for value in assignment:
                 found |= spellings[value]
-            break
-    if not found:
-        return dict(audit), output
-    ordered = sorted(found, key=len, reverse=True)
-    return {key: _mask(value, ordered) for key, value in audit.items()}, _mask(output, ordered)
+            return found
+    return set()
 
 
 def _candidates(text: str, spellings: dict[Any, set[str]]) -> None:
