@@ -19,6 +19,7 @@ from effectguard import (
     EffectContract,
     EffectExecutor,
     EffectLedger,
+    EffectQuarantined,
     EffectRejected,
     EffectStatus,
     EventType,
@@ -250,3 +251,68 @@ def test_the_async_path_waits_for_approval_too(ledger: EffectLedger) -> None:
     with use_executor(EffectExecutor(ledger)):
         asyncio.run(scenario())
     assert provider.committed() == 1
+
+
+def test_one_approval_covers_a_retry_after_a_send_that_provably_failed(
+    ledger: EffectLedger,
+) -> None:
+    """Approved, the first attempt is refused at connect (not sent): the retry needs no new one."""
+    provider = FakePaymentProvider(idempotency_guaranteed=False)
+    attempts: list[int] = []
+
+    @effect(
+        operation_id="r:{n}",
+        idempotency_key="r:{n}",
+        requires_approval=True,
+        not_sent_on=ConnectionRefusedError,
+        retry_wait_initial=0,
+        retry_wait_max=0,
+    )
+    def pay(n: int, *, idempotency_key: str) -> dict[str, Any]:
+        attempts.append(n)
+        if len(attempts) == 1:
+            msg = "connection refused"
+            raise ConnectionRefusedError(msg)
+        return provider.capture(str(n), 1, idempotency_key=idempotency_key)
+
+    with use_executor(EffectExecutor(ledger)):
+        _awaiting(lambda: pay(1))
+        ledger.approve("r:1", **AUDIT)  # type: ignore[attr-defined]
+        pay(1)
+    assert len(attempts) == 2
+    assert provider.committed() == 1
+    kinds = [event.type for event in ledger.events("r:1")]
+    assert kinds.count(EventType.OPERATOR_APPROVED) == 1
+    assert EventType.NOT_SENT in kinds
+
+
+def test_one_approval_covers_an_operators_retry_after_an_uncertain_send(
+    ledger: EffectLedger,
+) -> None:
+    """Approved, the send fails in doubt: quarantined; authorize-retry sends it, no new approval."""
+    from effectguard.testkit import Fault, FaultPlan, Lookup  # noqa: PLC0415 - only this test
+
+    provider = FakePaymentProvider(
+        idempotency_guaranteed=False,
+        lookup=Lookup.NONE,
+        faults=FaultPlan([Fault.FAIL_BEFORE_COMMIT]),
+    )
+
+    @effect(operation_id="u:{n}", idempotency_key="u:{n}", requires_approval=True)
+    def pay(n: int, *, idempotency_key: str) -> dict[str, Any]:
+        return provider.capture(str(n), 1, idempotency_key=idempotency_key)
+
+    with use_executor(EffectExecutor(ledger)):
+        _awaiting(lambda: pay(1))
+        ledger.approve("u:1", **AUDIT)  # type: ignore[attr-defined]
+        with pytest.raises(EffectQuarantined):
+            pay(1)
+        assert provider.committed() == 0
+        # The operator finds no refund at the provider, and allows one more send.
+        ledger.authorize_retry("u:1", **AUDIT)  # type: ignore[attr-defined]
+        pay(1)
+        pay(1)
+    assert provider.committed() == 1
+    kinds = [event.type for event in ledger.events("u:1")]
+    assert kinds.count(EventType.OPERATOR_APPROVED) == 1
+    assert kinds[-1] is EventType.CONFIRMED
