@@ -37,7 +37,12 @@ NEEDS_POSTGRES = {"postgres.md"}
 #: Documents whose examples import an optional extra, as (module, extra) pairs: without it
 #: the document's test skips on a user's machine, and fails in CI (``import_extra``).
 NEEDS_EXTRAS = {
-    "adapters.md": [("pydantic_ai", "pydantic-ai")],
+    "adapters.md": [
+        ("pydantic_ai", "pydantic-ai"),
+        ("langgraph", "langgraph"),
+        ("agents", "openai-agents"),
+        ("mcp", "mcp"),
+    ],
     "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
 }
 

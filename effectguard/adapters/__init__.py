@@ -12,6 +12,7 @@ another framework can be built on.
 """
 
 from effectguard._describe import PublicSignature, public_signature
+from effectguard.adapters._approval import APPROVAL_KIND, ApprovalRequest, is_approval_payload
 from effectguard.adapters._common import (
     PENDING_KIND,
     Confirmed,
@@ -27,13 +28,16 @@ from effectguard.adapters._common import (
 )
 
 __all__ = [
+    "APPROVAL_KIND",
     "PENDING_KIND",
+    "ApprovalRequest",
     "Confirmed",
     "Outcome",
     "Pending",
     "PendingEffect",
     "PublicSignature",
     "Refused",
+    "is_approval_payload",
     "is_pending_payload",
     "public_signature",
     "resume_effect",

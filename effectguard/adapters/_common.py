@@ -180,14 +180,21 @@ class Refused:
 Outcome: TypeAlias = Confirmed | Pending | Refused
 
 
-def operator_command(fn: Any, operation_id: str) -> str:
+def operator_command(fn: Any, operation_id: str, status: EffectStatus | None = None) -> str:
     """Return the ``agent-effect-ops confirm`` command resolving ``operation_id`` of ``fn``.
 
-    A SQLite ledger is named by its absolute path; any other by the
-    placeholder ``LEDGER_URL``, so no connection string (and no password)
-    ever lands in a payload a framework checkpoints.
+    For an operation AWAITING_APPROVAL it is the ``approve`` command instead
+    (``deny`` takes the same options). A SQLite ledger is named by its
+    absolute path; any other by the placeholder ``LEDGER_URL``, so no
+    connection string (and no password) ever lands in a payload a framework
+    checkpoints.
     """
     target = ledger_reference(executor_of(fn).ledger)
+    if status is EffectStatus.AWAITING_APPROVAL:
+        return (
+            f"agent-effect-ops --db {target} approve {shlex.quote(operation_id)} "
+            "--actor NAME --reason TEXT --evidence-reference REF"
+        )
     return (
         f"agent-effect-ops --db {target} confirm {shlex.quote(operation_id)} "
         "--output-json JSON --provider-operation-id ID "
@@ -231,7 +238,7 @@ def classify(
             status=status,
             reason=result.reason,
             attempts=result.attempts,
-            operator_command=operator_command(fn, operation),
+            operator_command=operator_command(fn, operation, status),
             run_id=run_id,
         )
     )

@@ -20,11 +20,14 @@ from pydantic import BaseModel, Field, ValidationError, create_model
 
 from effectguard._decorator import is_effect
 from effectguard._describe import PublicSignature, public_signature
+from effectguard._model import EffectStatus
 from effectguard._scope import CallScope
+from effectguard.adapters._approval import approval_request
 from effectguard.adapters._common import (
     Confirmed,
     Outcome,
     Pending,
+    PendingEffect,
     require_recorded,
     resume_effect,
     resume_effect_async,
@@ -124,13 +127,24 @@ def _resuming() -> bool:
         return False
 
 
+def _payload(fn: Any, effect: PendingEffect) -> dict[str, Any]:
+    """What the graph pauses with: an approval request, or the pending-effect payload.
+
+    A request AWAITING_APPROVAL is shown as the ledger holds it (redacted
+    values masked), with the commands that approve or deny it.
+    """
+    if effect.status is EffectStatus.AWAITING_APPROVAL:
+        return approval_request(fn, effect).to_json()
+    return effect.to_json()
+
+
 def _call(fn: Any, tool: str, arguments: Mapping[str, Any], tool_call_id: str) -> Any:
     scope = _graph_scope(tool, tool_call_id)
     if _resuming():
         require_recorded(fn, arguments, scope=scope, tool=tool, tool_call_id=tool_call_id)
     outcome = run_effect(fn, arguments, scope=scope, tool=tool, tool_call_id=tool_call_id)
     while isinstance(outcome, Pending):
-        interrupt(outcome.effect.to_json())  # the resume value is never trusted
+        interrupt(_payload(fn, outcome.effect))  # the resume value is never trusted
         outcome = resume_effect(fn, arguments, pending=outcome.effect, scope=scope)
     return _answer(outcome, tool, tool_call_id)
 
@@ -145,7 +159,8 @@ async def _acall(fn: Any, tool: str, arguments: Mapping[str, Any], tool_call_id:
         fn, arguments, scope=scope, tool=tool, tool_call_id=tool_call_id
     )
     while isinstance(outcome, Pending):
-        interrupt(outcome.effect.to_json())  # the resume value is never trusted
+        payload = await asyncio.to_thread(_payload, fn, outcome.effect)
+        interrupt(payload)  # the resume value is never trusted
         outcome = await resume_effect_async(fn, arguments, pending=outcome.effect, scope=scope)
     return _answer(outcome, tool, tool_call_id)
 
@@ -185,8 +200,9 @@ def as_tool(fn: Any, *, name: str | None = None) -> StructuredTool:
     docstring description; the tool call id is injected and never shown to the
     model. A CONFIRMED output is returned; a REJECTED operation or a
     conflicting request is an error ToolMessage telling the model not to retry;
-    any other outcome pauses the graph (``interrupt``) with the pending payload
-    until the ledger says it is resolved. Sync tools get ``func``, async ones
+    a request AWAITING_APPROVAL pauses the graph (``interrupt``) with an
+    approval payload, and any other outcome with the pending payload, until
+    the ledger says it is approved or resolved. Sync tools get ``func``, async ones
     ``coroutine``. Raises :class:`ConfigurationError` for a function that is
     not an ``@effect`` tool or cannot be described to a model.
     """

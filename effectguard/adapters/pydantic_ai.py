@@ -16,6 +16,14 @@ What the model and the caller see of each outcome:
   to retry (never :class:`pydantic_ai.ModelRetry`);
 - a request that provably never left: :class:`pydantic_ai.ModelRetry`, since
   calling again sends it once;
+- a request that needs a person's approval (``@effect(requires_approval=...)``)
+  and has none: :class:`pydantic_ai.ApprovalRequired` whose metadata is the
+  approval payload (:class:`~effectguard.adapters.ApprovalRequest`: the
+  request as the ledger holds it, redacted values masked) and the call scope;
+  the run ends with the call in ``DeferredToolRequests.approvals``. The tool
+  raises it again, sending nothing, when Pydantic AI calls it as approved but
+  the ledger holds no approval. :func:`record_approvals` writes the
+  application's decisions (``DeferredToolResults.approvals``) to the ledger.
 - anything else (unknown outcome, quarantined, a peer still dispatching):
   :class:`pydantic_ai.CallDeferred` whose metadata is the pending payload, the
   arguments (redacted values masked) and the call scope. The run then ends with
@@ -47,12 +55,21 @@ from effectguard._decorator import executor_of, get_contract, operation_id_of
 from effectguard._fingerprint import redact_arguments
 from effectguard._model import EffectStatus
 from effectguard._scope import CallScope, call_scope
+from effectguard.adapters._approval import (
+    ApprovalRequest,
+    approval_request,
+    decide,
+    denial_message,
+    is_approval_payload,
+)
 from effectguard.adapters._common import (
     Confirmed,
     Outcome,
+    Pending,
     PendingEffect,
     PublicSignature,
     Refused,
+    operator_command,
     public_signature,
     require_effect,
     resume_effect,
@@ -60,16 +77,19 @@ from effectguard.adapters._common import (
     run_effect,
     run_effect_async,
 )
-from effectguard.errors import ConfigurationError, InvalidRequestError
+from effectguard.errors import ConfigurationError, InvalidRequestError, OperationNotFoundError
 
 try:
     from pydantic_ai import (
+        ApprovalRequired,
         CallDeferred,
         DeferredToolRequests,
         DeferredToolResults,
         ModelRetry,
         RunContext,
         Tool,
+        ToolApproved,
+        ToolDenied,
         ToolFailed,
     )
     from pydantic_ai.messages import ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart
@@ -81,7 +101,14 @@ except ModuleNotFoundError as exc:
     )
     raise ImportError(msg) from exc
 
-__all__ = ["EFFECT_ATTRIBUTE", "as_tool", "asettle_deferred", "settle_deferred"]
+__all__ = [
+    "EFFECT_ATTRIBUTE",
+    "arecord_approvals",
+    "as_tool",
+    "asettle_deferred",
+    "record_approvals",
+    "settle_deferred",
+]
 
 #: The attribute of a tool function made by :func:`as_tool` that holds its ``@effect`` function.
 EFFECT_ATTRIBUTE = "__effectguard_effect__"
@@ -117,12 +144,37 @@ def _refusal(refused: Refused) -> ToolFailed | ModelRetry:
     return ModelRetry(refused.message) if refused.retry_safe else ToolFailed(refused.message)
 
 
-def _returned(fn: Any, outcome: Outcome, arguments: Mapping[str, Any], scope: CallScope) -> Any:
-    """The tool's return for a confirmed outcome; the framework's exception otherwise."""
+def _awaiting(outcome: Outcome) -> bool:
+    return isinstance(outcome, Pending) and outcome.effect.status is EffectStatus.AWAITING_APPROVAL
+
+
+def _approval_metadata(fn: Any, effect: PendingEffect, scope: CallScope) -> dict[str, Any]:
+    """An approval request's metadata: the request as the ledger holds it, and the call scope."""
+    return {
+        **approval_request(fn, effect).to_json(),
+        "scope": {"run_id": scope.run_id, "call_id": scope.call_id},
+    }
+
+
+def _returned(
+    fn: Any,
+    outcome: Outcome,
+    arguments: Mapping[str, Any],
+    scope: CallScope,
+    approval: dict[str, Any] | None = None,
+) -> Any:
+    """The tool's return for a confirmed outcome; the framework's exception otherwise.
+
+    A request AWAITING_APPROVAL in the ledger raises ``ApprovalRequired`` with
+    ``approval`` as its metadata, even when Pydantic AI calls the tool as
+    approved: only the ledger's approval lets it be sent.
+    """
     if isinstance(outcome, Confirmed):
         return outcome.output
     if isinstance(outcome, Refused):
         raise _refusal(outcome) from outcome.error
+    if approval is not None:
+        raise ApprovalRequired(metadata=approval)
     raise CallDeferred(metadata=_metadata(fn, outcome.effect, arguments, scope))
 
 
@@ -135,14 +187,20 @@ def _tool_function(fn: Any, name: str) -> Any:
             outcome = await run_effect_async(
                 fn, arguments, scope=scope, tool=name, tool_call_id=scope.call_id
             )
-            return _returned(fn, outcome, arguments, scope)
+            approval = None
+            if isinstance(outcome, Pending) and _awaiting(outcome):
+                approval = await asyncio.to_thread(_approval_metadata, fn, outcome.effect, scope)
+            return _returned(fn, outcome, arguments, scope, approval)
 
         return call_async
 
     def call(_run_context: RunContext[Any], **arguments: Any) -> Any:
         scope = _scope(_run_context)
         outcome = run_effect(fn, arguments, scope=scope, tool=name, tool_call_id=scope.call_id)
-        return _returned(fn, outcome, arguments, scope)
+        approval = None
+        if isinstance(outcome, Pending) and _awaiting(outcome):
+            approval = _approval_metadata(fn, outcome.effect, scope)
+        return _returned(fn, outcome, arguments, scope, approval)
 
     return call
 
@@ -322,10 +380,12 @@ def _scope_of(call: ToolCallPart, metadata: Mapping[str, Any]) -> CallScope:
 #: One deferred call to settle: its ``@effect`` function, the call, arguments, payload, scope.
 _Deferred = tuple[Any, ToolCallPart, dict[str, Any], PendingEffect, CallScope]
 
+#: One approval request of the ledger: its ``@effect`` function, the call, arguments, request.
+_Asked = tuple[Any, ToolCallPart, dict[str, Any], ApprovalRequest]
 
-def _deferred(requests: DeferredToolRequests, tools: ToolsLike) -> list[_Deferred]:
+
+def _deferred(requests: DeferredToolRequests, registry: Mapping[str, Tool[Any]]) -> list[_Deferred]:
     """Each deferred call of one of ``tools``, checked before any of them is settled."""
-    registry = _registry(tools)
     found = []
     for call in requests.calls:
         tool = registry.get(call.tool_name)
@@ -339,10 +399,70 @@ def _deferred(requests: DeferredToolRequests, tools: ToolsLike) -> list[_Deferre
     return found
 
 
+def _asked(requests: DeferredToolRequests, registry: Mapping[str, Tool[Any]]) -> list[_Asked]:
+    """Each approval the ledger asked for through one of ``tools``, checked before any is used.
+
+    An approval request without effectguard's payload (Pydantic AI's own
+    ``requires_approval`` on a tool) is left for the caller: the ledger has
+    nothing to say about it, and the tool asks the ledger when it runs.
+    """
+    found = []
+    for call in requests.approvals:
+        tool = registry.get(call.tool_name)
+        metadata = requests.metadata.get(call.tool_call_id) or {}
+        if tool is None or not is_approval_payload(metadata):
+            continue
+        scope = _scope_of(call, metadata)
+        request = ApprovalRequest.from_json(metadata)
+        fn = getattr(tool.function, EFFECT_ATTRIBUTE)
+        arguments = _arguments(tool, call)
+        with call_scope(run_id=scope.run_id, call_id=scope.call_id):
+            computed = operation_id_of(fn, **arguments)
+        if computed != request.operation_id:
+            msg = (
+                f"approval request of tool call {call.tool_call_id!r} ({call.tool_name}) is for "
+                f"operation {request.operation_id!r}, but its call is operation {computed!r}; "
+                "nothing was written or sent. Pass the DeferredToolRequests the run returned, "
+                "unchanged"
+            )
+            raise ConfigurationError(msg)
+        found.append((fn, call, arguments, request))
+    return found
+
+
+def _ledger_answer(asked: _Asked) -> ToolApproved | ToolDenied | PendingEffect:
+    """What the ledger says of one approval request, read now; nothing is called or sent.
+
+    Still AWAITING_APPROVAL: it waits. Denied: a ``ToolDenied`` that invites no
+    retry. Anything else (approved, or already settled): ``ToolApproved``, so
+    the resumed run calls the tool, which reads the ledger again and sends an
+    approved request once, or replays a settled one.
+    """
+    fn, call, _, request = asked
+    record = executor_of(fn).ledger.get(request.operation_id)
+    if record is None:
+        raise OperationNotFoundError(request.operation_id)
+    if record.status is EffectStatus.AWAITING_APPROVAL:
+        return PendingEffect(
+            tool=request.tool,
+            tool_call_id=call.tool_call_id,
+            operation_id=record.operation_id,
+            status=record.status,
+            reason=record.reason,
+            attempts=record.attempts,
+            operator_command=operator_command(fn, record.operation_id, record.status),
+            run_id=request.run_id,
+        )
+    if record.status is EffectStatus.REJECTED and "denied_fingerprint" in record.evidence:
+        return ToolDenied(denial_message(request.tool, record))
+    return ToolApproved()
+
+
 def _collect(
     settled: Iterable[tuple[ToolCallPart, Outcome]],
+    answered: Iterable[tuple[ToolCallPart, ToolApproved | ToolDenied | PendingEffect]] = (),
 ) -> tuple[DeferredToolResults, list[PendingEffect]]:
-    """The results of settled calls, and the pending payloads of those that still wait."""
+    """The results of settled calls and approvals, and the payloads of those that still wait."""
     results = DeferredToolResults()
     waiting: list[PendingEffect] = []
     for call, outcome in settled:
@@ -352,6 +472,11 @@ def _collect(
             results.calls[call.tool_call_id] = _refusal(outcome)
         else:
             waiting.append(outcome.effect)
+    for call, answer in answered:
+        if isinstance(answer, PendingEffect):
+            waiting.append(answer)
+        else:
+            results.approvals[call.tool_call_id] = answer
     return results, waiting
 
 
@@ -370,6 +495,26 @@ def _resume_sync(deferred: _Deferred) -> Outcome:
     raise ConfigurationError(msg)
 
 
+def _settle(
+    requests: DeferredToolRequests, registry: Mapping[str, Tool[Any]]
+) -> tuple[DeferredToolResults, list[PendingEffect]]:
+    deferred, asked = _deferred(requests, registry), _asked(requests, registry)
+    settled = [(item[1], _resume_sync(item)) for item in deferred]
+    return _collect(settled, [(item[1], _ledger_answer(item)) for item in asked])
+
+
+async def _asettle(
+    requests: DeferredToolRequests, registry: Mapping[str, Tool[Any]]
+) -> tuple[DeferredToolResults, list[PendingEffect]]:
+    deferred, asked = _deferred(requests, registry), _asked(requests, registry)
+    settled = []
+    for fn, call, arguments, pending, scope in deferred:
+        outcome = await resume_effect_async(fn, arguments, pending=pending, scope=scope)
+        settled.append((call, outcome))
+    answered = [(item[1], await asyncio.to_thread(_ledger_answer, item)) for item in asked]
+    return _collect(settled, answered)
+
+
 def settle_deferred(
     requests: DeferredToolRequests, tools: ToolsLike
 ) -> tuple[DeferredToolResults, list[PendingEffect]]:
@@ -381,10 +526,14 @@ def settle_deferred(
     operation stays waiting and nothing is called; an OUTCOME_UNKNOWN one is
     probed again; a CONFIRMED one gives its output and a REJECTED one a
     :class:`pydantic_ai.ToolFailed`, both replayed, never re-sent; one an
-    operator authorized to retry is sent once more. Resume with
-    ``agent.run(message_history=..., deferred_tool_results=results)`` when
-    ``still_waiting`` is empty: Pydantic AI needs a result for every deferred
-    call. Deferred calls of other tools are left for the caller to answer.
+    operator authorized to retry is sent once more. Each approval request
+    (``requests.approvals``) is answered as the ledger has decided it: still
+    AWAITING_APPROVAL waits (its ``operator_command`` approves it), denied is
+    a ``ToolDenied`` that invites no retry, approved is a ``ToolApproved``
+    (the resumed run sends it once; the tool reads the ledger again first).
+    Resume with ``agent.run(message_history=..., deferred_tool_results=results)``
+    when ``still_waiting`` is empty: Pydantic AI needs a result for every
+    deferred call. Deferred calls of other tools are left for the caller to answer.
 
     Raises, before anything is sent, :class:`~effectguard.errors.OperationNotFoundError`
     when this process's ledger does not hold a paused operation, and
@@ -392,16 +541,148 @@ def settle_deferred(
     metadata or an async tool is settled inside a running event loop (use
     :func:`asettle_deferred` there).
     """
-    settled = [(deferred[1], _resume_sync(deferred)) for deferred in _deferred(requests, tools)]
-    return _collect(settled)
+    return _settle(requests, _registry(tools))
 
 
 async def asettle_deferred(
     requests: DeferredToolRequests, tools: ToolsLike
 ) -> tuple[DeferredToolResults, list[PendingEffect]]:
     """:func:`settle_deferred` in an event loop: async tools awaited, sync ones run in a thread."""
-    settled = []
-    for fn, call, arguments, pending, scope in _deferred(requests, tools):
-        outcome = await resume_effect_async(fn, arguments, pending=pending, scope=scope)
-        settled.append((call, outcome))
-    return _collect(settled)
+    return await _asettle(requests, _registry(tools))
+
+
+# -- the application's approvals, recorded in the ledger ---------------------------------
+
+#: One decision to write: the ledger, the request decided, approve (True) or deny (False).
+_Decision = tuple[Any, ApprovalRequest, bool]
+
+
+def _decisions(asked: list[_Asked], results: DeferredToolResults) -> list[_Decision]:
+    """The application's answers to the ledger's approval requests, all checked before any write."""
+    found = []
+    for fn, call, _, request in asked:
+        if call.tool_call_id not in results.approvals:
+            continue
+        answer = results.approvals[call.tool_call_id]
+        if answer is True or isinstance(answer, ToolApproved):
+            if isinstance(answer, ToolApproved) and answer.override_args is not None:
+                msg = (
+                    f"the approval of tool call {call.tool_call_id!r} ({call.tool_name}) carries "
+                    "override_args: the ledger approves exactly the request it holds, never "
+                    "other arguments; nothing was written"
+                )
+                raise InvalidRequestError(msg)
+            found.append((executor_of(fn).ledger, request, True))
+        elif answer is False or isinstance(answer, ToolDenied):
+            found.append((executor_of(fn).ledger, request, False))
+        else:
+            msg = (
+                f"the approval of tool call {call.tool_call_id!r} is {answer!r}, not True, "
+                "False, ToolApproved or ToolDenied; nothing was written"
+            )
+            raise InvalidRequestError(msg)
+    return found
+
+
+def _merged(
+    given: DeferredToolResults,
+    ours: DeferredToolResults,
+    requests: DeferredToolRequests,
+    registry: Mapping[str, Tool[Any]],
+) -> DeferredToolResults:
+    """``given``'s answers for other tools' calls, and the ledger's for ours."""
+    deferred = {call.tool_call_id for call in requests.calls if call.tool_name in registry}
+    asked = {
+        call.tool_call_id
+        for call in requests.approvals
+        if call.tool_name in registry
+        and is_approval_payload(requests.metadata.get(call.tool_call_id) or {})
+    }
+    mine = deferred | asked
+    return DeferredToolResults(
+        calls={**{k: v for k, v in given.calls.items() if k not in mine}, **ours.calls},
+        approvals={**{k: v for k, v in given.approvals.items() if k not in mine}, **ours.approvals},
+        metadata=dict(given.metadata),
+        answered_by=dict(given.answered_by),
+    )
+
+
+def record_approvals(
+    requests: DeferredToolRequests,
+    results: DeferredToolResults,
+    tools: ToolsLike,
+    *,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+    expires_in: float | None = None,
+) -> tuple[DeferredToolResults, list[PendingEffect]]:
+    """Write the application's approvals in ``results`` to the ledger; the results to resume with.
+
+    For each approval request the ledger made (an ``@effect`` call that
+    awaits approval raises ``ApprovalRequired``, so it is in
+    ``requests.approvals``), ``results.approvals[tool_call_id]`` is the
+    person's decision: ``True`` or ``ToolApproved()`` approves exactly the
+    request the ledger holds (``expires_in`` seconds voids it unused), ``False``
+    or ``ToolDenied`` denies it (REJECTED, never sent). Each write is bound
+    to the state shown in the request's metadata and audited (actor, reason,
+    evidence reference, OS user, host, the fingerprint decided); deciding
+    again what the ledger already holds writes nothing. A ``ToolApproved``
+    with ``override_args`` is refused before anything is written: it would
+    send arguments nobody approved.
+
+    Then every deferred call of ``tools`` is settled as :func:`settle_deferred`
+    settles it, so the results carry the ledger's answer, not the one given
+    (a denial reaches the model as a ``ToolDenied`` that invites no retry);
+    answers for other tools' calls are passed through. Resume with
+    ``agent.run(message_history=..., deferred_tool_results=results)`` when
+    ``still_waiting`` is empty; the resumed run sends each approved request
+    once.
+
+    An approval given to Pydantic AI without this (a ``ToolApproved`` the
+    ledger does not hold) sends nothing: the tool finds the request still
+    AWAITING_APPROVAL and asks again. Raises
+    :class:`~effectguard.errors.OperationChangedError` when a request moved on
+    since it was shown (nothing written for it), and what
+    :func:`settle_deferred` raises.
+    """
+    registry = _registry(tools)
+    for ledger, request, approve in _decisions(_asked(requests, registry), results):
+        decide(
+            ledger,
+            request,
+            approve=approve,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expires_in=expires_in if approve else None,
+        )
+    ours, waiting = _settle(requests, registry)
+    return _merged(results, ours, requests, registry), waiting
+
+
+async def arecord_approvals(
+    requests: DeferredToolRequests,
+    results: DeferredToolResults,
+    tools: ToolsLike,
+    *,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+    expires_in: float | None = None,
+) -> tuple[DeferredToolResults, list[PendingEffect]]:
+    """:func:`record_approvals` in an event loop: ledger writes in a thread, async tools awaited."""
+    registry = _registry(tools)
+    for ledger, request, approve in _decisions(_asked(requests, registry), results):
+        await asyncio.to_thread(
+            decide,
+            ledger,
+            request,
+            approve=approve,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expires_in=expires_in if approve else None,
+        )
+    ours, waiting = await _asettle(requests, registry)
+    return _merged(results, ours, requests, registry), waiting
