@@ -31,7 +31,13 @@ from console_support import (  # noqa: E402 - imported once the extra is known t
 )
 from starlette.testclient import TestClient  # noqa: E402 - imported once the extra is known to be installed
 
-from effectguard import EffectLedger, EffectRejected, EffectStatus, EventType  # noqa: E402 - imported once the extra is known to be installed
+from effectguard import (  # noqa: E402 - imported once the extra is known to be installed
+    EffectAwaitingApproval,
+    EffectLedger,
+    EffectRejected,
+    EffectStatus,
+    EventType,
+)
 from effectguard.console import ConsoleSettings, create_app  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console.resolve import parse_resolution  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.console.security import COOKIE  # noqa: E402 - imported once the extra is known to be installed
@@ -304,18 +310,26 @@ def test_approve_or_deny_of_an_operation_not_awaiting_approval_is_refused(
     assert provider.committed() == 1
 
 
-def test_confirm_of_a_request_awaiting_approval_is_refused(
-    ledger: EffectLedger, console: Callable[..., TestClient], backend: str, ledger_target: str
+@pytest.mark.parametrize("action", ["confirm", "reject", "authorize-retry"])
+def test_settling_a_request_awaiting_approval_is_refused(
+    ledger: EffectLedger,
+    console: Callable[..., TestClient],
+    backend: str,
+    ledger_target: str,
+    action: str,
 ):
-    """A hand-made post cannot confirm a request nobody sent."""
+    """A hand-made post cannot confirm, reject or retry a request nobody sent, nor send it."""
     captures = awaiting_approval(ledger, "A1")
     op = approval_operation("A1")
     before = ledger_snapshot(ledger, backend, ledger_target)
     response = _decide(
-        console(), op, "confirm", output_json='{"id": "cap_1"}', provider_operation_id="cap_1"
+        console(), op, action, output_json='{"id": "cap_1"}', provider_operation_id="cap_1"
     )
     assert response.status_code == 400, response.text
+    assert "Nothing was written" in response.text
     assert ledger_snapshot(ledger, backend, ledger_target) == before
+    with pytest.raises(EffectAwaitingApproval):
+        captures.call(ledger, "A1")
     assert captures.provider.committed() == 0
 
 
