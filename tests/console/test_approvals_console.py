@@ -461,3 +461,14 @@ def test_an_approved_request_is_no_longer_listed(
     assert approval_operation("A1") in _main(client.get("/approvals").text)
     assert _decide(client, approval_operation("A1"), "approve").status_code == 303
     assert "No request awaits approval." in client.get("/approvals").text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(0, "0s"), (59, "59s"), (61, "1m 1s"), (3600, "1h"), (90061, "1d 1h"), (-5, "0s")],
+)
+def test_a_requests_age_is_shown_in_its_two_largest_units(seconds: int, shown: str):
+    from effectguard.console.app import _age  # noqa: PLC0415 - the page's private filter
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert _age(now - timedelta(seconds=seconds), now) == shown
