@@ -7,7 +7,6 @@ key retention) are the ledger's.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 import click
@@ -21,30 +20,19 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_duration", "prune"]
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
+def parse_duration(text: str, *, option: str = "--older-than") -> float:
+    """Seconds in ``text``: ``30d``, ``12h``, ``90m``, ``45s`` or ``2w``; a usage error if not.
 
-def parse_duration(
-    text: str,
-    *,
-    option: str = "--older-than",
-    longest: float | None = None,
-    too_long: str = "longer than 1000 years: nothing is that old",
-) -> float:
-    """Seconds in ``text``: ``30d``, ``12h``, ``90m``, ``45s`` or ``2w``; a usage error if not."""
-    found = _DURATION.fullmatch(text.strip().lower())
-    if found is None:
-        msg = f"{option} {text!r} is not a duration: write a number and s, m, h, d or w (30d)"
-        raise OpsUsageError(msg)
-    seconds = float(found.group(1)) * _UNITS[found.group(2)]
-    if seconds > (_LONGEST if longest is None else longest):
-        msg = f"{option} {text[:40]!r} is {too_long}"
-        raise OpsUsageError(msg)
-    return seconds
+    Read by :func:`effectguard.operator.parse_duration`, as the console reads
+    its durations; loaded only when a duration is parsed, so ``--help`` stays cheap.
+    """
+    from effectguard.operator._durations import parse_duration as read  # noqa: PLC0415 - see above
 
-
-_LONGEST = 1000 * 366 * 86400.0
+    try:
+        return read(text, field=option)
+    except ValueError as exc:
+        raise OpsUsageError(str(exc)) from exc
 
 
 def _statuses(text: str) -> tuple[EffectStatus, ...]:

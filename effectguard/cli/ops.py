@@ -45,9 +45,6 @@ from effectguard.cli._ops_session import (
     tools_option,
 )
 
-#: As :data:`effectguard.ledger._resolution.MAX_APPROVAL_SECONDS` (ten years).
-_MAX_APPROVAL_SECONDS = 10 * 365 * 86_400.0
-
 #: As :data:`effectguard.ledger.sqlite.MAX_BUSY_TIMEOUT` (not imported: --help stays cheap).
 MAX_BUSY_TIMEOUT = (2**31 - 1) / 1000
 
@@ -357,21 +354,19 @@ def _approval_duration(
     param: click.Parameter,  # noqa: ARG001 - Click's callback signature
     value: str | None,
 ) -> float | None:
-    """Option callback: ``--expires-in`` in seconds (None when not given)."""
+    """Option callback: ``--expires-in`` in seconds (None when not given).
+
+    Read by :func:`effectguard.operator.parse_approval_duration`, exactly as the
+    console reads its "expires in" field; a usage error (exit 2) when refused.
+    """
     if value is None:
         return None
-    from effectguard.cli._ops_prune import parse_duration  # noqa: PLC0415 - keeps --help cheap
+    from effectguard.operator._durations import parse_approval_duration  # noqa: PLC0415 - keeps --help cheap
 
-    seconds = parse_duration(
-        value,
-        option="--expires-in",
-        longest=_MAX_APPROVAL_SECONDS,
-        too_long="longer than ten years: approve for less, and again when needed",
-    )
-    if seconds <= 0:
-        msg = f"--expires-in {value!r} is no time at all: give a duration above 0 (30m)"
-        raise OpsUsageError(msg)
-    return seconds
+    try:
+        return parse_approval_duration(value, field="--expires-in")
+    except ValueError as exc:
+        raise OpsUsageError(str(exc)) from exc
 
 
 @main.command(short_help="Approve exactly the request OP holds; the next call sends it once.")

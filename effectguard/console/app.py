@@ -3,7 +3,9 @@
 Built with Starlette (routing, forms, responses) and Jinja2 (templates that
 escape everything they print). Every route requires the access token; every
 write requires the CSRF token, a reason and an evidence reference; with
-``read_only`` the write route does not exist at all.
+``read_only`` the write route does not exist at all. A request awaiting
+approval is offered approve and deny, and nothing else; an uncertain
+operation is offered confirm, reject and authorize-retry, and never approve.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -29,11 +32,13 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised by a subproce
     )
     raise ImportError(msg) from exc
 
+from effectguard._fingerprint import REDACTED
 from effectguard._model import EffectStatus
-from effectguard.console.attention import ATTENTION_STATUSES, needs_attention
+from effectguard.console.attention import ATTENTION_STATUSES, awaiting_approval, needs_attention
 from effectguard.console.guard import GuardMiddleware
 from effectguard.console.resolve import (
     ACTIONS,
+    APPROVAL_ACTIONS,
     ResolutionRefused,
     parse_resolution,
     probe_output,
@@ -94,6 +99,8 @@ class _Pages:
             undefined=jinja2.StrictUndefined,
         )
         self.templates.filters["tojson_pretty"] = _pretty
+        self.templates.filters["age"] = _age
+        self.templates.globals["REDACTED"] = REDACTED
 
     def render(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         template = self.templates.get_template(name)
@@ -133,6 +140,28 @@ class _Pages:
             ),
         )
 
+    def approvals(self, request: Request) -> Response:
+        """The requests awaiting approval, longest waiting first, with what each would send."""
+        query = request.query_params
+        try:
+            found = awaiting_approval(
+                self.settings.ledger,
+                contract=query.get("contract") or None,
+                page=int(query.get("page", "1")),
+                page_size=self.settings.page_size,
+            )
+        except ValueError as exc:
+            return self.problem(str(exc), 400)
+        return self.render(
+            "approvals.html",
+            found=found,
+            contract=query.get("contract", ""),
+            now=datetime.now(UTC),
+            page_link=lambda n: (
+                "/approvals?" + urlencode({k: v for k, v in {**query, "page": str(n)}.items() if v})
+            ),
+        )
+
     def operation(self, request: Request) -> Response:
         operation_id = request.query_params.get("id", "")
         try:
@@ -169,6 +198,7 @@ class _Pages:
             handler_error=_handler_error(record.evidence, record.reason or ""),
             blocked=blocked,
             actions=ACTIONS,
+            awaiting=record.status is EffectStatus.AWAITING_APPROVAL,
             can_reprobe=self.settings.tools is not None,
             done=done,
             probed=probed,
@@ -214,7 +244,13 @@ class _Pages:
         except (ValueError, ResolutionRefused) as exc:
             return self.problem(str(exc), 400)
         if preview:
-            return self.render("preview.html", done=done, fields=fields, action="/resolve")
+            return self.render(
+                "preview.html",
+                done=done,
+                fields=fields,
+                action="/resolve",
+                approval=done.action in APPROVAL_ACTIONS,
+            )
         target = "/operation?" + urlencode({"id": done.after.operation_id, "done": done.action})
         return RedirectResponse(target, status_code=303)
 
@@ -265,6 +301,19 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def _age(when: datetime, now: datetime) -> str:
+    """How long ago ``when`` was, in its two largest units (``3d 4h``, ``25m``, ``8s``)."""
+    seconds = max(0, int((now - when).total_seconds()))
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+        if len(parts) == 2:  # noqa: PLR2004 - two units say an age precisely enough
+            break
+    return " ".join(parts)
+
+
 def _handler_error(evidence: Mapping[str, Any], reason: str) -> str | None:
     """The handler's error as one line, or None when there is none or the reason already says it.
 
@@ -301,6 +350,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
     pages = _Pages(settings, guard)
     routes = [
         Route("/", pages.attention, methods=["GET"]),
+        Route("/approvals", pages.approvals, methods=["GET"]),
         Route("/operation", pages.operation, methods=["GET"]),
         Route("/runs", pages.runs, methods=["GET"]),
         Route("/console.css", pages.stylesheet, methods=["GET"]),

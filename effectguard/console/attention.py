@@ -1,4 +1,4 @@
-"""What needs a person: the operations an operator must look at, oldest first, a page at a time.
+"""What needs a person: operations to settle and requests to approve, oldest first, by page.
 
 Plain functions over the public ledger API, with no web framework in them, so
 the console's pages and their tests read the same facts the CLI prints.
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from effectguard._model import OperationRecord
     from effectguard.ledger import EffectLedger
 
-__all__ = ["ATTENTION_STATUSES", "AttentionPage", "needs_attention"]
+__all__ = ["ATTENTION_STATUSES", "AttentionPage", "awaiting_approval", "needs_attention"]
 
 #: Statuses that wait on a person or on recovery. DISPATCHED counts only once its
 #: lease has expired or its owner is gone: a live dispatch is work in progress.
@@ -72,6 +72,34 @@ def needs_attention(
         listed = ledger.list_operations(status=wanted, contract=contract, limit=SCAN_LIMIT)
         truncated = truncated or len(listed) >= SCAN_LIMIT
         found.extend(record for record in listed if _stuck(record))
+    return _page(found, page=page, page_size=page_size, truncated=truncated)
+
+
+def awaiting_approval(
+    ledger: EffectLedger,
+    *,
+    contract: str | None = None,
+    page: int = 1,
+    page_size: int = 50,
+) -> AttentionPage:
+    """Return page ``page`` (from 1) of the requests AWAITING_APPROVAL, longest waiting first.
+
+    Only operations in that status, and every one of them up to
+    :data:`SCAN_LIMIT` (``truncated`` beyond it); ``contract`` narrows to one
+    contract name. Each record's arguments are as the ledger stores them:
+    ``redact=`` values already replaced by ``"[redacted]"``.
+    """
+    listed = ledger.list_operations(
+        status=EffectStatus.AWAITING_APPROVAL, contract=contract, limit=SCAN_LIMIT
+    )
+    found = [record for record in listed if record.status is EffectStatus.AWAITING_APPROVAL]
+    return _page(found, page=page, page_size=page_size, truncated=len(listed) >= SCAN_LIMIT)
+
+
+def _page(
+    found: list[OperationRecord], *, page: int, page_size: int, truncated: bool
+) -> AttentionPage:
+    """Page ``page`` of ``found``, oldest change first; a page out of range is the nearest one."""
     found.sort(key=lambda record: (record.updated_at, record.operation_id))
     counts = Counter((record.contract, record.status.value) for record in found)
     pages = max(1, -(-len(found) // page_size))

@@ -4,6 +4,8 @@ The console writes only through the functions ``agent-effect-ops`` uses
 (:mod:`effectguard.operator`, its re-probe included), so its resolutions obey exactly the
 rules, checks and dry runs, and leave exactly the audit trail, of the CLI. A
 form that is incomplete or malformed is refused before the ledger is touched.
+An approval's "expires in" is read as the CLI reads ``--expires-in``
+(:func:`effectguard.operator.parse_approval_duration`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTIONS",
+    "APPROVAL_ACTIONS",
     "Resolution",
     "ResolutionRefused",
     "parse_resolution",
@@ -36,6 +39,9 @@ __all__ = [
 
 #: What an operator can do to an operation, as the CLI names the commands.
 ACTIONS = operator_actions.ACTIONS
+
+#: The decisions about a request awaiting approval; the others settle an uncertain outcome.
+APPROVAL_ACTIONS = ("approve", "deny")
 
 
 class ResolutionRefused(Exception):
@@ -55,10 +61,19 @@ class Resolution:
     #: The state the decision was made on: the event count and chain head the page showed.
     expect_events: int | None = None
     expect_head: str | None = None
+    #: For an approval: seconds it may wait for its call before it is void (None: no limit).
+    expires_in: float | None = None
 
 
 def parse_resolution(form: Mapping[str, str]) -> Resolution:
-    """Return the resolution a form describes; a ``ValueError`` names all that is missing."""
+    """Return the resolution a form describes, or raise a one-line ``ValueError``.
+
+    The message names everything missing at once. ``confirm`` needs an
+    output (JSON) and the provider's id; ``approve`` and ``deny`` need no
+    output, and only ``approve`` takes ``expires_in`` (``30m``, ``2h``,
+    ``1d``; empty for no limit), which any other action refuses rather
+    than ignores. Every action needs the state it was decided on.
+    """
     action = form.get("action", "")
     if action not in ACTIONS:
         msg = f"unknown action {action!r}: use one of {', '.join(ACTIONS)}"
@@ -79,6 +94,7 @@ def parse_resolution(form: Mapping[str, str]) -> Resolution:
     output = None
     if action == "confirm":
         output = _json(fields["output_json"])
+    expires_in = _expires_in(action, form.get("expires_in", ""))
     events, head = form.get("expect_events", "").strip(), form.get("expect_head", "").strip()
     if not events.isdigit() or len(events) > _MAX_COUNT_DIGITS or not head:
         msg = (
@@ -94,7 +110,18 @@ def parse_resolution(form: Mapping[str, str]) -> Resolution:
         provider_operation_id=fields.get("provider_operation_id"),
         expect_events=int(events),
         expect_head=head,
+        expires_in=expires_in,
     )
+
+
+def _expires_in(action: str, text: str) -> float | None:
+    """An approval's expiry in seconds from the form's text; None when left empty."""
+    if not text.strip():
+        return None
+    if action != "approve":
+        msg = f"expires in applies only to approve, not to {action}: clear it"
+        raise ValueError(msg)
+    return operator_actions.parse_approval_duration(text, field="expires in")
 
 
 _MAX_COUNT_DIGITS = 18
@@ -142,6 +169,7 @@ def resolve(
             tools=tools,
             dry_run=dry_run,
             expected=Seen(resolution.expect_events, resolution.expect_head),
+            expires_in=resolution.expires_in,
         )
     except EffectGuardError as exc:
         raise ResolutionRefused(str(exc)) from exc

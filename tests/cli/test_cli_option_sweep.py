@@ -33,6 +33,7 @@ BASES: dict[str, tuple[str, ...]] = {
     "confirm": ("confirm", OP, *CONFIRM, *AUDIT, "--dry-run"),
     "reject": ("reject", OP, *AUDIT, "--dry-run"),
     "authorize-retry": ("authorize-retry", OP, *AUDIT, "--dry-run"),
+    # A quarantined OP awaits no approval: these end refused (exit 1), after every option is read.
     "approve": ("approve", OP, *AUDIT, "--expires-in", "1h", "--dry-run"),
     "deny": ("deny", OP, *AUDIT, "--dry-run"),
     "reprobe": ("reprobe", OP, "--dry-run"),

@@ -1,9 +1,14 @@
-"""What the console tests share: quarantined payments made the way production makes them."""
+"""What the console tests share: quarantined payments and requests awaiting approval.
+
+Each is made the way production makes it; the helpers at the end read what a
+page's forms carry and snapshot a ledger to show a refused write left it untouched.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +16,7 @@ from typing import Any
 
 from effectguard import (
     INJECTED,
+    EffectAwaitingApproval,
     EffectContract,
     EffectExecutor,
     EffectLedger,
@@ -210,3 +216,97 @@ def quarantined_with_probe(ledger: EffectLedger) -> ProbedPayments:
         msg = f"expected QUARANTINED, got {result.status}"
         raise RuntimeError(msg)
     return tools
+
+
+class ApprovedCaptures:
+    """A capture a person must approve first, over one fake provider that counts what it sends.
+
+    The card token is redacted: it is never stored, so the console can only
+    show it masked.
+    """
+
+    def __init__(self, provider: FakePaymentProvider | None = None) -> None:
+        self.provider = provider or FakePaymentProvider(idempotency_guaranteed=False)
+
+    @effect(
+        name="payments.approved_capture",
+        operation_id="invoice:{invoice_id}:approved-capture",
+        idempotency_key="approved-capture:{invoice_id}",
+        redact=("card_token",),
+        requires_approval=True,
+    )
+    def capture(
+        self,
+        invoice_id: str,
+        amount_cents: int,
+        card_token: str,
+        *,
+        idempotency_key: str = INJECTED,
+    ) -> dict[str, Any]:
+        """Capture the payment of an invoice once a person has approved exactly this request.
+
+        Args:
+            invoice_id: The invoice to charge.
+            amount_cents: The amount, in cents.
+            card_token: The card to charge (never stored).
+            idempotency_key: Supplied by the executor, the same for every attempt.
+        """
+        del card_token  # the fake provider charges by invoice
+        return self.provider.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+    def call(self, ledger: EffectLedger, invoice_id: str, amount_cents: int = 4200) -> Any:
+        """Make the capture of ``invoice_id`` as the agent does, over ``ledger``."""
+        with use_executor(EffectExecutor(ledger, deadline=0)):
+            return self.capture(invoice_id, amount_cents, "tok_secret")
+
+
+def approval_operation(invoice_id: str) -> str:
+    """The operation id :class:`ApprovedCaptures` records for ``invoice_id``."""
+    return f"invoice:{invoice_id}:approved-capture"
+
+
+def awaiting_approval(
+    ledger: EffectLedger, invoice_id: str, captures: ApprovedCaptures | None = None
+) -> ApprovedCaptures:
+    """Ask for the capture of ``invoice_id``: recorded AWAITING_APPROVAL, nothing sent."""
+    captures = captures or ApprovedCaptures()
+    sent_before = captures.provider.committed()
+    try:
+        captures.call(ledger, invoice_id)
+    except EffectAwaitingApproval:
+        pass
+    else:
+        msg = "the capture was sent without an approval"
+        raise RuntimeError(msg)
+    if captures.provider.committed() != sent_before:
+        msg = "asking for an approval sent something"
+        raise RuntimeError(msg)
+    return captures
+
+
+CSRF_FIELD = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
+SEEN_FIELD = re.compile(r'name="(expect_events|expect_head)" value="([0-9a-f]+)"')
+
+
+def page_csrf(client: Any, op: str) -> str:
+    """The CSRF token the operation page's forms carry (``client`` is a logged-in TestClient)."""
+    page = client.get("/operation", params={"id": op})
+    assert page.status_code == 200, page.text
+    found = CSRF_FIELD.search(page.text)
+    assert found is not None, "the operation page has no resolution form"
+    return found.group(1)
+
+
+def page_seen(client: Any, op: str) -> dict[str, str]:
+    """The state the operation page shows, as its resolution form carries it."""
+    page = client.get("/operation", params={"id": op})
+    assert page.status_code == 200, page.text
+    found = dict(SEEN_FIELD.findall(page.text))
+    assert set(found) == {"expect_events", "expect_head"}, "the form carries no state"
+    return found
+
+
+def ledger_snapshot(ledger: EffectLedger, backend: str, target: str) -> Any:
+    """Every record with its events, and on SQLite the file's bytes too: equal means untouched."""
+    records = [(r, ledger.events(r.operation_id)) for r in ledger.list_operations(limit=1000)]
+    return records, sqlite_state(Path(target)) if backend == "sqlite" else None

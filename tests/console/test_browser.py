@@ -7,6 +7,11 @@ the ledger holds CONFIRMED with that actor and reason, the provider still
 holds exactly one payment, and the run resumes to completion without a
 second one.
 
+A request held for approval: found on the Needs approval page, read (its
+arguments, the card token masked, its fingerprint), approved with an expiry
+through Preview and Record; the provider holds nothing until the next call,
+and exactly one capture after it.
+
 The same pages at a phone's width (390 CSS pixels): every value is on screen
 and nothing scrolls sideways. The operation page says its reason once and folds
 the raw evidence into a closed ``<details>``.
@@ -33,7 +38,15 @@ from extras_support import REQUIRE_EXTRAS, extras_required, import_extra
 import_extra("starlette", "console")
 import_extra("selenium", "dev")
 
-from console_support import RUN_ID, RUN_OPERATION, open_runtime, waiting_run  # noqa: E402 - imported once the extra is known to be installed
+from console_support import (  # noqa: E402 - imported once the extra is known to be installed
+    RUN_ID,
+    RUN_OPERATION,
+    ApprovedCaptures,
+    approval_operation,
+    awaiting_approval,
+    open_runtime,
+    waiting_run,
+)
 from selenium import webdriver  # noqa: E402 - imported once the extra is known to be installed
 from selenium.webdriver.chrome.service import Service  # noqa: E402 - imported once the extra is known to be installed
 from selenium.webdriver.common.by import By  # noqa: E402 - imported once the extra is known to be installed
@@ -374,3 +387,121 @@ def test_the_operation_page_says_its_reason_once_and_folds_the_raw_evidence(
     raw.find_element(By.XPATH, "./ancestor::details/summary").click()
     assert raw.is_displayed()
     assert '"cause"' in raw.text
+
+
+APPROVAL_INVOICE = "INV-8"
+
+
+def _awaiting_capture(workdir: Path) -> ApprovedCaptures:
+    """Ask for a capture that needs approval, in the served ledger: recorded, nothing sent."""
+    ledger = open_ledger(workdir / "ledger.db")
+    try:
+        return awaiting_approval(ledger, APPROVAL_INVOICE)
+    finally:
+        ledger.close()
+
+
+def _operator_approves(browser: Any, url: str, screenshots: Path) -> None:
+    """What the operator does: find the request, read exactly what it sends, approve it for 2h."""
+    op = approval_operation(APPROVAL_INVOICE)
+    browser.get(url)
+    _go(browser, browser.find_element(By.LINK_TEXT, "Needs approval"))
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Needs approval"
+    listed = browser.find_element(By.ID, "approvals").text
+    assert op in listed
+    assert RUN_OPERATION not in listed, "a quarantined payment is not a request to approve"
+    assert "payments.approved_capture v1" in listed
+    assert "redacted" in listed
+    assert "tok_secret" not in browser.page_source
+    browser.save_screenshot(str(screenshots / "needs-approval.png"))
+
+    _go(browser, browser.find_element(By.LINK_TEXT, op))
+    assert browser.find_element(By.ID, "status").text == "AWAITING_APPROVAL"
+    fingerprint = browser.find_element(By.ID, "fingerprint").text
+    assert len(fingerprint) == 64
+    form = browser.find_element(By.ID, "resolve")
+    offered = [
+        element.get_attribute("value")
+        for element in form.find_elements(By.CSS_SELECTOR, "input[name=action]")
+    ]
+    assert offered == ["approve", "deny"]
+    form.find_element(By.CSS_SELECTOR, "input[value=approve]").click()
+    form.find_element(By.NAME, "reason").send_keys("the customer's manager signed the refund off")
+    form.find_element(By.NAME, "evidence_reference").send_keys("TICKET-8")
+    form.find_element(By.NAME, "expires_in").send_keys("2h")
+    browser.save_screenshot(str(screenshots / "approve-form.png"))
+    _go(browser, form.find_element(By.CSS_SELECTOR, "button[value=preview]"))
+
+    assert "Nothing has been written" in browser.find_element(By.ID, "preview").text
+    approving = browser.find_element(By.ID, "approving").text
+    assert "You approve exactly this request" in approving
+    assert fingerprint in approving
+    assert "amount_cents" in approving
+    assert "within 2h" in browser.find_element(By.ID, "expiry").text
+    assert "PREPARED" in browser.find_element(By.ID, "changes").text
+    browser.save_screenshot(str(screenshots / "approve-preview.png"))
+    _go(browser, browser.find_element(By.CSS_SELECTOR, "#confirm-preview button[value=apply]"))
+
+    assert browser.find_element(By.ID, "status").text == "PREPARED"
+    assert "Recorded: approve" in browser.find_element(By.ID, "done").text
+    browser.save_screenshot(str(screenshots / "approved.png"))
+    _go(browser, browser.find_element(By.LINK_TEXT, "Needs approval"))
+    assert browser.find_element(By.ID, "empty").text == "No request awaits approval."
+
+
+def test_an_operator_approves_a_held_capture_in_the_browser_and_the_next_call_sends_it_once(
+    tmp_path: Path, browser: Any, screenshots: Path
+):
+    """Listed, read, previewed and approved in chromium; then exactly one capture, on the call."""
+    waiting_run(tmp_path)
+    captures = _awaiting_capture(tmp_path)
+    server, url = _serve(tmp_path)
+    try:
+        _operator_approves(browser, url, screenshots)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert captures.provider.committed() == 0, "an approval sends nothing by itself"
+
+    ledger = open_ledger(tmp_path / "ledger.db")
+    try:
+        op = approval_operation(APPROVAL_INVOICE)
+        approved = ledger.events(op)[-1].evidence
+        assert approved["actor"] == "alice"
+        assert approved["expires_at"] is not None
+        first = captures.call(ledger, APPROVAL_INVOICE)
+        again = captures.call(ledger, APPROVAL_INVOICE)
+        record = ledger.get(op)
+    finally:
+        ledger.close()
+    assert first == again
+    assert record is not None
+    assert record.status is EffectStatus.CONFIRMED
+    assert captures.provider.committed() == 1
+
+
+def test_at_phone_width_the_approvals_page_and_the_approve_form_fit(
+    tmp_path: Path, browser: Any, screenshots: Path
+):
+    """At 390 px the list is one card per request and the approval form is on screen."""
+    waiting_run(tmp_path)
+    captures = _awaiting_capture(tmp_path)
+    server, url = _serve(tmp_path)
+    try:
+        browser.get(url)
+        _at_phone_width(browser)
+        _go(browser, browser.find_element(By.LINK_TEXT, "Needs approval"))
+        _assert_no_sideways_scroll(browser)
+        assert approval_operation(APPROVAL_INVOICE) in browser.find_element(By.ID, "approvals").text
+        _assert_on_screen(browser, "approvals")
+        _save_whole_page(browser, screenshots / "needs-approval-phone.png")
+        _go(browser, browser.find_element(By.LINK_TEXT, approval_operation(APPROVAL_INVOICE)))
+        _assert_no_sideways_scroll(browser)
+        for element_id in ("status", "fingerprint", "approving", "resolve"):
+            _assert_on_screen(browser, element_id)
+        _save_whole_page(browser, screenshots / "approve-form-phone.png")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert _payment(tmp_path).status is EffectStatus.QUARANTINED
+    assert captures.provider.committed() == 0

@@ -20,15 +20,18 @@ import_extra("starlette", "console")
 import_extra("starlette.testclient", "console")
 
 from console_support import (  # noqa: E402 - imported once the extra is known to be installed
+    CSRF_FIELD,
     RUN_ID,
     RUN_OPERATION,
     TOKEN,
     capture_contract,
+    ledger_snapshot,
     operation_id,
+    page_csrf,
+    page_seen,
     quarantine,
     quarantined_with_probe,
     replay,
-    sqlite_state,
     waiting_run,
 )
 from markupsafe import escape  # noqa: E402 - imported once the extra is known to be installed (jinja2 needs it)
@@ -39,8 +42,6 @@ from effectguard.console import ConsoleSettings, create_app  # noqa: E402 - impo
 from effectguard.console.security import COOKIE, SECURITY_HEADERS  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.operator import load_tools  # noqa: E402 - imported once the extra is known to be installed
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup  # noqa: E402 - imported once the extra is known to be installed
-
-CSRF_FIELD = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
 
 
 def _client(ledger: EffectLedger, **options: Any) -> TestClient:
@@ -64,30 +65,10 @@ def console(ledger: EffectLedger) -> Iterator[Callable[..., TestClient]]:
         client.close()
 
 
-def _csrf(client: TestClient, op: str) -> str:
-    page = client.get("/operation", params={"id": op})
-    assert page.status_code == 200, page.text
-    found = CSRF_FIELD.search(page.text)
-    assert found is not None, "the operation page has no resolution form"
-    return found.group(1)
-
-
-SEEN_FIELD = re.compile(r'name="(expect_events|expect_head)" value="([0-9a-f]+)"')
-
-
-def _seen(client: TestClient, op: str) -> dict[str, str]:
-    """The state the operation page shows, as its resolution form carries it."""
-    page = client.get("/operation", params={"id": op})
-    assert page.status_code == 200, page.text
-    found = dict(SEEN_FIELD.findall(page.text))
-    assert set(found) == {"expect_events", "expect_head"}, "the form carries no state"
-    return found
-
-
 def _resolve(client: TestClient, op: str, action: str, **fields: str) -> Any:
     form = {
-        "csrf": _csrf(client, op),
-        **_seen(client, op),
+        "csrf": page_csrf(client, op),
+        **page_seen(client, op),
         "operation_id": op,
         "action": action,
         "reason": "checked the provider dashboard",
@@ -230,11 +211,6 @@ def test_reject_and_authorize_retry_go_through_the_audited_api(
     assert retried.attempt_budget == retried.attempts + 1
 
 
-def _snapshot(ledger: EffectLedger, backend: str, target: str) -> Any:
-    records = [(r, ledger.events(r.operation_id)) for r in ledger.list_operations(limit=1000)]
-    return records, sqlite_state(Path(target)) if backend == "sqlite" else None
-
-
 @pytest.mark.parametrize(
     ("change", "status", "says"),
     [
@@ -260,8 +236,8 @@ def test_a_refused_write_leaves_the_ledger_exactly_as_it_was(
     op = operation_id("A1")
     client = console()
     form = {
-        "csrf": _csrf(client, op),
-        **_seen(client, op),
+        "csrf": page_csrf(client, op),
+        **page_seen(client, op),
         "operation_id": op,
         "action": "confirm",
         "reason": "checked",
@@ -270,12 +246,12 @@ def test_a_refused_write_leaves_the_ledger_exactly_as_it_was(
         "provider_operation_id": "ch_1",
         **change,
     }
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     response = client.post("/resolve", data=form)
     assert response.status_code == status, response.text
     assert says in response.text
     assert "Nothing was written" in response.text
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
     assert provider.committed() == 1
 
 
@@ -285,8 +261,8 @@ def test_resolving_a_settled_operation_is_refused(
     quarantine(ledger, "A1")
     client = console()
     op = operation_id("A1")
-    csrf = _csrf(client, op)
-    seen = _seen(client, op)
+    csrf = page_csrf(client, op)
+    seen = page_seen(client, op)
     assert _resolve(client, op, "reject").status_code == 303
     again = client.post(
         "/resolve",
@@ -313,12 +289,12 @@ def test_read_only_serves_no_write_route_and_no_form(
     page = client.get("/operation", params={"id": operation_id("A1")})
     assert page.status_code == 200
     assert 'action="/resolve"' not in page.text
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     response = client.post(
         "/resolve", data={"operation_id": operation_id("A1"), "action": "reject"}
     )
     assert response.status_code in (404, 405)
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
 
 
 def test_hostile_ids_and_evidence_are_escaped(
@@ -337,8 +313,8 @@ def test_hostile_ids_and_evidence_are_escaped(
     refused = client.post(
         "/resolve",
         data={
-            "csrf": _csrf(client, operation_id(hostile)),
-            **_seen(client, operation_id(hostile)),
+            "csrf": page_csrf(client, operation_id(hostile)),
+            **page_seen(client, operation_id(hostile)),
             "operation_id": hostile,
             "action": "reject",
             "reason": "r",
@@ -354,7 +330,7 @@ def test_preview_shows_the_change_and_writes_nothing(
 ):
     provider = quarantine(ledger, "A1")
     op = operation_id("A1")
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     page = _resolve(
         console(),
         op,
@@ -367,7 +343,7 @@ def test_preview_shows_the_change_and_writes_nothing(
     assert "Nothing has been written" in page.text
     assert re.search(r"<td>Status</td><td>QUARANTINED</td><td>CONFIRMED</td>", page.text)
     assert "the output is unchecked" in page.text
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
     assert provider.committed() == 1
 
 
@@ -376,7 +352,7 @@ def test_with_tools_an_output_of_the_wrong_type_is_refused(
 ):
     tools = quarantined_with_probe(ledger)
     client = console(tools=load_tools([tools]))
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     refused = _resolve(
         client,
         "invoice:INV-9:capture",
@@ -386,7 +362,7 @@ def test_with_tools_an_output_of_the_wrong_type_is_refused(
     )
     assert refused.status_code == 400
     assert "does not match" in refused.text
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
     accepted = _resolve(
         client,
         "invoice:INV-9:capture",
@@ -417,14 +393,14 @@ def test_reprobe_confirms_on_the_providers_evidence_and_never_sends(
     assert still is not None
     assert still.status is EffectStatus.QUARANTINED
     tools.probe_down = False
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     preview = client.post(
         "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "preview"}
     )
     assert preview.status_code == 200
     assert "COMMITTED" in preview.text
     assert "QUARANTINED → CONFIRMED" in preview.text
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
     applied = client.post(
         "/reprobe", data={"csrf": csrf.group(1), "operation_id": op, "submit": "apply"}
     )
@@ -455,9 +431,9 @@ def test_the_confirm_form_is_filled_from_the_probe_and_bound_to_that_state(
     tools = quarantined_with_probe(ledger)
     op = "invoice:INV-9:capture"
     client = console(tools=load_tools([tools]))
-    csrf = _csrf(client, op)
+    csrf = page_csrf(client, op)
     assert 'formaction="/fill-from-probe"' in client.get("/operation", params={"id": op}).text
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     down = client.post("/fill-from-probe", data={"csrf": csrf, "operation_id": op})
     assert down.status_code == 400
     assert "answers UNKNOWN, not committed" in down.text
@@ -471,7 +447,7 @@ def test_the_confirm_form_is_filled_from_the_probe_and_bound_to_that_state(
     capture = tools.provider.effects()[0]["response"]
     assert json.loads(fields["output_json"]) == capture
     assert fields["provider_operation_id"] == capture["id"]
-    assert _snapshot(ledger, backend, ledger_target) == before  # asking wrote nothing
+    assert ledger_snapshot(ledger, backend, ledger_target) == before  # asking wrote nothing
     # Another operator moves the operation on before this one submits the filled form.
     ledger.authorize_retry(op, actor="bob", reason="try again", evidence_reference="INC-1")
     form = {**fields, "action": "confirm", "reason": "the probe", "evidence_reference": "INC-2"}
@@ -494,7 +470,9 @@ def test_the_filled_form_confirms_the_probes_output(
     op = "invoice:INV-9:capture"
     client = console(tools=load_tools([tools]))
     tools.probe_down = False
-    filled = client.post("/fill-from-probe", data={"csrf": _csrf(client, op), "operation_id": op})
+    filled = client.post(
+        "/fill-from-probe", data={"csrf": page_csrf(client, op), "operation_id": op}
+    )
     form = {
         **_form_fields(filled.text),
         "action": "confirm",
@@ -561,14 +539,14 @@ def test_a_decision_previewed_on_an_earlier_attempt_is_refused_after_the_operati
         EffectStatus.QUARANTINED
     )
     assert provider.committed() == 2
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     # B presses the preview's submit: refused, because it was decided on attempt 1.
     form["submit"] = "apply"
     response = client.post("/resolve", data=form)
     assert response.status_code == 400, response.text
     assert "changed since you looked: reload" in response.text
     assert "Nothing was written" in response.text
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
     record = ledger.get(op)
     assert record is not None
     assert record.status is EffectStatus.QUARANTINED
@@ -582,10 +560,10 @@ def test_a_form_without_the_state_it_was_decided_on_is_refused(
     quarantine(ledger, "A1")
     op = operation_id("A1")
     client = console()
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     for seen in ({}, {"expect_events": "1"}, {"expect_events": "x", "expect_head": "ab" * 8}):
         form = {
-            "csrf": _csrf(client, op),
+            "csrf": page_csrf(client, op),
             "operation_id": op,
             "action": "reject",
             "reason": "r",
@@ -595,11 +573,11 @@ def test_a_form_without_the_state_it_was_decided_on_is_refused(
         response = client.post("/resolve", data=form)
         assert response.status_code == 400, response.text
         assert "which state of the operation" in response.text
-    wrong = {**_seen(client, op), "expect_head": "0" * 64}
+    wrong = {**page_seen(client, op), "expect_head": "0" * 64}
     response = _resolve(client, op, "reject", **wrong)
     assert response.status_code == 400
     assert "changed since you looked" in response.text
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
 
 
 def test_only_the_bound_address_and_localhost_are_answered(
@@ -608,7 +586,7 @@ def test_only_the_bound_address_and_localhost_are_answered(
     """A DNS-rebinding page (another Host that resolves here) gets 421, even with the token."""
     quarantine(ledger, "A1")
     client = console(hosts=frozenset({"127.0.0.1:8765", "localhost:8765"}))
-    before = _snapshot(ledger, backend, ledger_target)
+    before = ledger_snapshot(ledger, backend, ledger_target)
     for host in ("evil.example", "evil.example:8765", "127.0.0.1:9999", ""):
         page = client.get("/", headers={"host": host})
         assert page.status_code == 421, (host, page.status_code)
@@ -618,7 +596,7 @@ def test_only_the_bound_address_and_localhost_are_answered(
         assert posted.status_code == 421
     for host in ("127.0.0.1:8765", "LOCALHOST:8765"):
         assert client.get("/", headers={"host": host}).status_code == 200
-    assert _snapshot(ledger, backend, ledger_target) == before
+    assert ledger_snapshot(ledger, backend, ledger_target) == before
 
 
 @pytest.mark.parametrize("path", ["//evil.example/", "///evil.example/x", "/\\evil.example/"])
