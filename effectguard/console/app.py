@@ -283,13 +283,19 @@ class _Pages:
         tools = self.settings.tools
         if tools is None:  # pragma: no cover - the route exists only with tools
             return self.problem("start the console with --tools to ask the probe", 400)
+        ledger = self.settings.ledger
         try:
-            record, probed = probe_output(
-                self.settings.ledger, fields.get("operation_id", ""), tools
-            )
-        except ResolutionRefused as exc:
+            record, probed = probe_output(ledger, fields.get("operation_id", ""), tools)
+            now = ledger.get(record.operation_id)  # the page shows the state it decides on
+        except (ResolutionRefused, EffectGuardError) as exc:
             return self.problem(str(exc), 400)
-        return self.operation_page(record, probed=probed)
+        if now is None or not probed.seen.matches(now):
+            msg = (
+                f"operation {record.operation_id!r} changed while the probe answered: "
+                "reload the page and ask again"
+            )
+            return self.problem(msg, 409)
+        return self.operation_page(now, probed=probed)
 
     def stylesheet(self, request: Request) -> Response:  # noqa: ARG002 - Starlette's handler signature
         css = (_HERE / "templates" / "console.css").read_text(encoding="utf-8")

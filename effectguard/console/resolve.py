@@ -84,7 +84,9 @@ def parse_resolution(form: Mapping[str, str]) -> Resolution:
     }
     required = list(fields)
     if action == "confirm":
-        required += ["output_json", "provider_operation_id"]
+        # The provider's id may be left empty: a provider without ids for its effects (a
+        # probe that found the effect but no id) is confirmed with none, as the ledger allows.
+        required += ["output_json"]
         fields["output_json"] = form.get("output_json", "").strip()
         fields["provider_operation_id"] = form.get("provider_operation_id", "").strip()
     missing = [name.replace("_", " ") for name in required if not fields[name]]
@@ -107,7 +109,7 @@ def parse_resolution(form: Mapping[str, str]) -> Resolution:
         reason=fields["reason"],
         evidence_reference=fields["evidence_reference"],
         output=output,
-        provider_operation_id=fields.get("provider_operation_id"),
+        provider_operation_id=fields.get("provider_operation_id") or None,
         expect_events=int(events),
         expect_head=head,
         expires_in=expires_in,

@@ -608,3 +608,64 @@ def test_the_token_redirect_never_leaves_the_origin(ledger: EffectLedger, path: 
     location = response.headers["location"]
     assert location.startswith("/")
     assert not location.startswith(("//", "/\\"))  # a path here, not another host
+
+
+def test_a_probe_answer_without_a_provider_id_still_fills_a_form_that_confirms(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    """A committed answer with no id: the form is submitted with the id empty, and confirms."""
+    from effectguard import OutcomeProbeResult  # noqa: PLC0415 - only this test answers by hand
+
+    tools = quarantined_with_probe(ledger)
+    op = "invoice:INV-9:capture"
+    tools.probe_down = False
+    # The provider found the effect, but says nothing of an id for it.
+    committed = {k: v for k, v in tools.provider.effects()[0]["response"].items() if k != "id"}
+    tools.provider.probe = lambda *a, **k: OutcomeProbeResult.committed(committed)  # type: ignore[method-assign]
+    client = console(tools=load_tools([tools]))
+    filled = client.post(
+        "/fill-from-probe", data={"csrf": page_csrf(client, op), "operation_id": op}
+    )
+    fields = _form_fields(filled.text)
+    assert fields["provider_operation_id"] == ""
+    form = {
+        **fields,
+        "action": "confirm",
+        "reason": "r",
+        "evidence_reference": "E",
+        "submit": "apply",
+    }
+
+    assert client.post("/resolve", data=form).status_code == 303
+
+    record = ledger.get(op)
+    assert record is not None
+    assert record.status is EffectStatus.CONFIRMED
+    assert record.provider_operation_id is None
+    assert tools.provider.committed() == 1
+
+
+def test_an_operation_that_moves_while_the_console_probes_is_not_shown_as_tampered(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    """The state moved during the probe: one line asking to reload, never a chain alarm."""
+    tools = quarantined_with_probe(ledger)
+    op = "invoice:INV-9:capture"
+    tools.probe_down = False
+    answer = tools.provider.probe
+
+    def moving_probe(*args: Any, **kwargs: Any) -> Any:
+        # Another operator acts while the provider is being asked.
+        ledger.authorize_retry(op, actor="bob", reason="retry", evidence_reference="E-1")  # type: ignore[attr-defined]
+        return answer(*args, **kwargs)
+
+    tools.provider.probe = moving_probe  # type: ignore[method-assign]
+    client = console(tools=load_tools([tools]))
+    csrf = page_csrf(client, op)
+
+    moved = client.post("/fill-from-probe", data={"csrf": csrf, "operation_id": op})
+
+    assert moved.status_code == 409
+    assert "changed while the probe answered" in moved.text
+    assert "does not match" not in moved.text
+    assert tools.provider.committed() == 1
