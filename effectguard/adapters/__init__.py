@@ -8,10 +8,12 @@ QUARANTINED operation. This package imports no framework, and the core never
 imports it. What every adapter shares is exported here: the pending payload a
 paused run carries (:class:`PendingEffect`), the outcome of one call, and the
 framework-free steps (:func:`run_effect`, :func:`resume_effect`) an adapter for
-another framework can be built on.
+another framework can be built on, and the payload of a request awaiting a
+person's approval (:class:`ApprovalRequest`).
 """
 
 from effectguard._describe import PublicSignature, public_signature
+from effectguard.adapters._approvals import APPROVAL_KIND, ApprovalRequest, is_approval_payload
 from effectguard.adapters._common import (
     PENDING_KIND,
     Confirmed,
@@ -27,13 +29,16 @@ from effectguard.adapters._common import (
 )
 
 __all__ = [
+    "APPROVAL_KIND",
     "PENDING_KIND",
+    "ApprovalRequest",
     "Confirmed",
     "Outcome",
     "Pending",
     "PendingEffect",
     "PublicSignature",
     "Refused",
+    "is_approval_payload",
     "is_pending_payload",
     "public_signature",
     "resume_effect",
