@@ -216,7 +216,9 @@ def register(
     pause: an unconfirmed effect is an ``isError`` result carrying the pending
     payload (the SDK's input-required flow keeps its state under a
     process-local key, so it would not survive a server restart, and an
-    operator resolves in the ledger, not through the client). Raises
+    operator resolves in the ledger, not through the client). A request
+    awaiting approval is an ``isError`` result carrying the approval payload;
+    the same call after the ledger's approval sends it once. Raises
     :class:`ConfigurationError` for a function that is not an ``@effect``
     function or whose operation id needs a call scope.
     """

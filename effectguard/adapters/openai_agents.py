@@ -20,6 +20,14 @@ mapped onto three of its public pieces:
   anything is dispatched: ``RunState.to_string()`` keeps the run, an operator
   confirms in the ledger, ``state.approve(item)``, and the body replays the
   ledger without a dispatch.
+- A tool whose contract requires approval for a call's arguments uses the
+  SDK's approval flow: the gate records the request unsent
+  (AWAITING_APPROVAL, bound to its fingerprint) and interrupts;
+  :func:`approval_requests` shows what a person must see (the ledger's
+  arguments, redacted values masked); ``state.approve`` / ``state.reject``
+  is their decision and :func:`record_decisions` writes it into the ledger.
+  The body sends only what the ledger approved, once: an approval that
+  exists only in the ``RunState`` sends nothing.
 
 Each call runs under the call scope ``(run_id, ToolContext.tool_call_id)``;
 the gate computes the same operation id from its ``call_id``. ``run_id`` is a
@@ -210,7 +218,11 @@ def as_function_tool(
     an unconfirmed effect as the pending payload (JSON). Any other failure
     reaches the model through a ``failure_error_function`` that does not say
     "try again". With ``gate`` (the default) a call of an operation that is
-    not settled is interrupted before dispatch (:func:`ledger_gate`).
+    not settled, or of a request awaiting approval, is interrupted before
+    dispatch (:func:`ledger_gate`). A request the ledger holds
+    AWAITING_APPROVAL when the body runs is not sent: the output is the
+    approval payload (:class:`~effectguard.adapters.ApprovalRequest`), which
+    :func:`stop_on_unconfirmed` ends the run on.
     """
     public = public_signature(fn, name=name)
 
