@@ -96,7 +96,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
 
 __all__ = [
     "DEFAULT_RUN_ID",
-    "Decision",
+    "RecordedDecision",
     "RunId",
     "approval_requests",
     "as_function_tool",
@@ -564,7 +564,7 @@ async def asettle_input(
 
 
 @dataclass(frozen=True, slots=True)
-class Decision:
+class RecordedDecision:
     """A decision taken through the SDK (``RunState.approve`` / ``reject``) and the ledger's state.
 
     ``status`` is the operation's status in the ledger after
@@ -682,7 +682,7 @@ def record_decisions(
     reason: str,
     evidence_reference: str,
     expires_in: float | None = None,
-) -> list[Decision]:
+) -> list[RecordedDecision]:
     """Record in the ledger each decision taken through ``state.approve`` / ``state.reject``.
 
     For every interruption of ``state`` (a ``RunState``) of a tool whose
@@ -694,7 +694,7 @@ def record_decisions(
     fingerprint as computed from the call's own arguments and fenced on the
     state read: an approval can never land on another request. Undecided
     interruptions are left alone, and so is a request the ledger already
-    decided (its :class:`Decision` reports the ledger's status, which
+    decided (its :class:`RecordedDecision` reports the ledger's status, which
     stands), so recording twice writes once.
 
     Call it before ``Runner.run(agent, state)``: the resumed tool body sends
@@ -702,7 +702,7 @@ def record_decisions(
     the SDK and not recorded sends nothing (the run pauses again with the
     approval payload). Blocks on the ledger's writes; from async code,
     ``await asyncio.to_thread(record_decisions, state, ...)``.
-    Returns one :class:`Decision` per decided approval interruption.
+    Returns one :class:`RecordedDecision` per decided approval interruption.
     Raises :class:`~effectguard.OperationNotFoundError` when the ledger holds
     no such request (another ledger than the run's) and
     :class:`~effectguard.OperationConflictError` when it holds another
@@ -734,5 +734,7 @@ def record_decisions(
             evidence_reference=evidence_reference,
             expires_in=expires_in,
         )
-        decisions.append(Decision(tool, call_id, record.operation_id, decided, record.status))
+        decisions.append(
+            RecordedDecision(tool, call_id, record.operation_id, decided, record.status)
+        )
     return decisions
