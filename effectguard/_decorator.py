@@ -44,6 +44,7 @@ from effectguard._contract import (
     redacted_names,
 )
 from effectguard._executor._machine import EffectExecutor
+from effectguard._fingerprint import check_json_value, redact_arguments, request_fingerprint
 from effectguard._model import EffectResult, EffectStatus
 from effectguard._scope import SCOPE_FIELDS, require_scope
 from effectguard.errors import (
@@ -72,6 +73,7 @@ __all__ = [
     "IdentityTemplate",
     "Options",
     "ProbeShape",
+    "Request",
     "Tool",
     "ToolIndex",
     "ToolShape",
@@ -87,6 +89,7 @@ __all__ = [
     "operation_id_of",
     "outcome_of",
     "remember",
+    "request_of",
     "unwrap_descriptor",
     "use_executor",
     "visible_annotations",
@@ -1232,6 +1235,40 @@ def operation_id_of(obj: object, /, *args: Any, **kwargs: Any) -> str:
     """
     tool, instance = _tool_of(obj, "operation_id_of()")
     return tool.contract.operation_id(tool.shape.bind(instance, args, kwargs))
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One call's request as the ledger identifies it: what an approval is bound to."""
+
+    operation_id: str
+    fingerprint: str
+    needs_approval: bool
+    #: The arguments as the ledger stores them: each redacted value replaced by ``"[redacted]"``.
+    arguments: Mapping[str, Any]
+
+
+def request_of(obj: object, /, *args: Any, **kwargs: Any) -> Request:
+    """Return the operation id, fingerprint and approval need a call of ``obj`` would have, now.
+
+    Computed as the executor computes them for that call (under the active
+    call scope), without recording or sending anything: two calls whose
+    requests are equal here are one request to the ledger, and an approval
+    recorded for one fingerprint is never spent on another. Raises what the
+    call would before recording (``TypeError`` for arguments that do not fit,
+    :class:`~effectguard.ConfigurationError` for a predicate that fails).
+    """
+    tool, instance = _tool_of(obj, "request_of()")
+    contract = tool.contract
+    arguments = dict(tool.shape.bind(instance, args, kwargs))
+    check_json_value(arguments)
+    operation_id, key = contract.identity(arguments)
+    fingerprint = request_fingerprint(
+        contract.name, contract.version, arguments, key, contract.redact, checked=True
+    )
+    needs = contract.requires_approval is not False and contract.needs_approval(arguments)
+    stored = redact_arguments(arguments, contract.redact) if contract.redact else arguments
+    return Request(operation_id, fingerprint, needs, stored)
 
 
 # ---- Finding decorated tools by contract name ----

@@ -8,7 +8,8 @@ QUARANTINED operation. This package imports no framework, and the core never
 imports it. What every adapter shares is exported here: the pending payload a
 paused run carries (:class:`PendingEffect`), the outcome of one call, and the
 framework-free steps (:func:`run_effect`, :func:`resume_effect`) an adapter for
-another framework can be built on.
+another framework can be built on, and the payload of a request awaiting a
+person's approval (:class:`ApprovalRequest`).
 """
 
 from effectguard._describe import PublicSignature, public_signature

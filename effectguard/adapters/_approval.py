@@ -20,24 +20,37 @@ from __future__ import annotations
 
 import shlex
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from effectguard._decorator import executor_of, ledger_reference
+from effectguard._decorator import executor_of, ledger_reference, request_of
 from effectguard._model import EffectStatus, EventType, OperationRecord
+from effectguard._scope import CallScope, call_scope
 from effectguard.adapters._common import PendingEffect
-from effectguard.errors import ConfigurationError, InvalidRequestError, OperationNotFoundError
+from effectguard.errors import (
+    ConfigurationError,
+    InvalidRequestError,
+    OperationConflictError,
+    OperationNotFoundError,
+)
 from effectguard.ledger import EffectLedger, Seen
+from effectguard.ledger import _resolution as resolution
 
 __all__ = [
     "APPROVAL_KIND",
     "ApprovalRequest",
+    "approval_command",
     "approval_request",
     "decide",
     "denial_message",
     "is_approval_payload",
+    "record_decision",
+    "record_payload",
+    "request_payload",
 ]
+
+T = TypeVar("T")
 
 #: The ``kind`` of an approval payload, told apart from pending effects and other pauses.
 APPROVAL_KIND = "effectguard.approval"
@@ -58,12 +71,18 @@ class ApprovalRequest:
     tool_call_id: str
     operation_id: str
     arguments: Mapping[str, Any]
-    event_count: int
+    event_count: int | None
     approve_command: str
     deny_command: str
     reason: str | None = None
     run_id: str | None = None
     status: EffectStatus = field(default=EffectStatus.AWAITING_APPROVAL)
+    fingerprint: str | None = None
+
+    @property
+    def operator_command(self) -> str:
+        """The command that approves it from a shell (:attr:`approve_command`)."""
+        return self.approve_command
 
     def to_json(self) -> dict[str, Any]:
         """The payload as plain JSON values, marked with ``kind``: :data:`APPROVAL_KIND`."""
@@ -75,9 +94,11 @@ class ApprovalRequest:
             "status": self.status.value,
             "arguments": dict(self.arguments),
             "event_count": self.event_count,
+            "fingerprint": self.fingerprint,
             "reason": self.reason,
             "approve_command": self.approve_command,
             "deny_command": self.deny_command,
+            "operator_command": self.approve_command,
             "run_id": self.run_id,
         }
 
@@ -98,11 +119,16 @@ class ApprovalRequest:
                 operation_id=str(fields["operation_id"]),
                 status=EffectStatus(fields.get("status", EffectStatus.AWAITING_APPROVAL.value)),
                 arguments=dict(arguments),
-                event_count=int(fields["event_count"]),
+                event_count=None
+                if fields.get("event_count") is None
+                else int(fields["event_count"]),
                 reason=None if fields.get("reason") is None else str(fields["reason"]),
                 approve_command=str(fields["approve_command"]),
                 deny_command=str(fields["deny_command"]),
                 run_id=None if fields.get("run_id") is None else str(fields["run_id"]),
+                fingerprint=None
+                if fields.get("fingerprint") is None
+                else str(fields["fingerprint"]),
             )
         except (KeyError, ValueError, TypeError) as exc:
             msg = f"malformed effectguard approval payload ({exc!r}): {data!r}"
@@ -117,16 +143,80 @@ class ApprovalRequest:
         )
 
 
+def _optional(fields: Mapping[str, Any], name: str, kind: Callable[[Any], T]) -> T | None:
+    value = fields.get(name)
+    return None if value is None else kind(value)
+
+
 def is_approval_payload(data: object) -> bool:
     """True when ``data`` is a payload :meth:`ApprovalRequest.to_json` made."""
     return isinstance(data, Mapping) and data.get("kind") == APPROVAL_KIND
 
 
-def _command(fn: Any, action: str, operation_id: str, event_count: int) -> str:
+def _command(fn: Any, action: str, operation_id: str, event_count: int | None) -> str:
+    """The ``agent-effect-ops`` command that decides it, bound to ``event_count`` when known.
+
+    A SQLite ledger is named by its path, any other by ``LEDGER_URL``, so no
+    connection string lands in a payload a framework checkpoints.
+    """
     target = ledger_reference(executor_of(fn).ledger)
+    expect = "" if event_count is None else f"--expect-events {event_count} "
     return (
         f"agent-effect-ops --db {target} {action} {shlex.quote(operation_id)} "
-        f"--expect-events {event_count} --actor NAME --reason TEXT --evidence-reference REF"
+        f"{expect}--actor NAME --reason TEXT --evidence-reference REF"
+    )
+
+
+def approval_command(fn: Any, operation_id: str) -> str:
+    """Return the ``agent-effect-ops approve`` command for ``operation_id`` of ``fn``."""
+    return _command(fn, "approve", operation_id, None)
+
+
+def request_payload(
+    fn: Any,
+    *,
+    tool: str,
+    tool_call_id: str,
+    operation_id: str,
+    arguments: Mapping[str, Any],
+    fingerprint: str,
+    reason: str | None,
+    run_id: str | None = None,
+    event_count: int | None = None,
+) -> ApprovalRequest:
+    """The :class:`ApprovalRequest` of a request whose ledger copy is known without a read.
+
+    ``arguments`` and ``fingerprint`` must be the request's as the ledger
+    records them (:func:`~effectguard._decorator.request_of` computes both).
+    """
+    return ApprovalRequest(
+        tool=tool,
+        tool_call_id=tool_call_id,
+        operation_id=operation_id,
+        arguments=dict(arguments),
+        event_count=event_count,
+        approve_command=_command(fn, "approve", operation_id, event_count),
+        deny_command=_command(fn, "deny", operation_id, event_count),
+        reason=reason,
+        run_id=run_id,
+        fingerprint=fingerprint,
+    )
+
+
+def record_payload(
+    fn: Any, record: OperationRecord, *, tool: str, tool_call_id: str, run_id: str | None = None
+) -> ApprovalRequest:
+    """The :class:`ApprovalRequest` of ``record``, an operation of ``fn`` awaiting approval."""
+    return request_payload(
+        fn,
+        tool=tool,
+        tool_call_id=tool_call_id,
+        operation_id=record.operation_id,
+        arguments=record.arguments,
+        fingerprint=record.fingerprint,
+        reason=record.reason,
+        run_id=run_id,
+        event_count=record.event_count,
     )
 
 
@@ -152,6 +242,7 @@ def approval_request(fn: Any, pending: PendingEffect) -> ApprovalRequest:
         approve_command=_command(fn, "approve", record.operation_id, count),
         deny_command=_command(fn, "deny", record.operation_id, count),
         run_id=pending.run_id,
+        fingerprint=record.fingerprint,
     )
 
 
@@ -228,6 +319,8 @@ def decide(
     record = ledger.get(request.operation_id)
     if record is None:
         raise OperationNotFoundError(request.operation_id)
+    if request.fingerprint is not None and record.fingerprint != request.fingerprint:
+        raise OperationConflictError(record.operation_id, record.fingerprint, request.fingerprint)
     if record.event_count != request.event_count and _decided(ledger, record, approve=approve):
         return record
     writer = getattr(ledger, "approve", None), getattr(ledger, "deny", None)
@@ -235,7 +328,7 @@ def decide(
         msg = f"ledger {type(ledger).__name__} records no approvals; nothing was written"
         raise ConfigurationError(msg)
     deciding = typing.cast("_Deciding", ledger)
-    expected = Seen(event_count=request.event_count)
+    expected = None if request.event_count is None else Seen(event_count=request.event_count)
     audit = {"actor": actor, "reason": reason, "evidence_reference": evidence_reference}
     if approve:
         return deciding.approve(
@@ -245,3 +338,62 @@ def decide(
         msg = "a denial does not expire: expires_in applies to an approval only"
         raise InvalidRequestError(msg)
     return deciding.deny(request.operation_id, **audit, expected=expected)
+
+
+def record_decision(
+    fn: Any,
+    arguments: Mapping[str, Any],
+    *,
+    scope: CallScope | None,
+    approved: bool,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+    expires_in: float | None = None,
+) -> OperationRecord:
+    """Record a person's decision on the request ``arguments`` make, under ``scope``.
+
+    For a framework that hands back the call's arguments, not the payload: the
+    decision lands only on that exact request (the ledger's record must have
+    the fingerprint these arguments have, else
+    :class:`~effectguard.errors.OperationConflictError`, nothing written),
+    fenced on the state read, so a request that moved meanwhile is refused
+    rather than decided unseen. A request still AWAITING_APPROVAL is approved
+    (PREPARED: the next call sends it once) or denied (REJECTED: never sent).
+    One the ledger already holds a decision for is returned unchanged: the
+    ledger's word stands, so recording the same decisions twice writes once.
+    :class:`~effectguard.errors.OperationNotFoundError` when the ledger holds
+    no such request.
+    """
+    if scope is None:
+        request = request_of(fn, **arguments)
+    else:
+        with call_scope(run_id=scope.run_id, call_id=scope.call_id):
+            request = request_of(fn, **arguments)
+    ledger = executor_of(fn).ledger
+    record = ledger.get(request.operation_id)
+    if record is None:
+        raise OperationNotFoundError(request.operation_id)
+    if record.fingerprint != request.fingerprint:
+        raise OperationConflictError(request.operation_id, record.fingerprint, request.fingerprint)
+    if record.status is not EffectStatus.AWAITING_APPROVAL:
+        return record
+    seen = Seen(event_count=record.event_count, event_head=record.event_head.hex())
+    if approved:
+        return resolution.approve(
+            ledger,
+            request.operation_id,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expires_in=expires_in,
+            expected=seen,
+        )
+    return resolution.deny(
+        ledger,
+        request.operation_id,
+        actor=actor,
+        reason=reason,
+        evidence_reference=evidence_reference,
+        expected=seen,
+    )

@@ -21,6 +21,16 @@ nothing (the ledger holds the operation); after ``agent-effect-ops confirm``
 it returns the confirmed output. A rejected operation, or a request that
 conflicts with the one recorded, is a tool error that says it is final.
 
+A request whose contract requires approval (``@effect(requires_approval=...)``)
+is recorded unsent and answered with an ``isError`` result whose ``_meta``
+(same key) and structured content hold the approval payload
+(:class:`~effectguard.adapters.ApprovalRequest`: ``kind``
+``effectguard.approval``, the operation id, the arguments as the ledger
+recorded them with redacted values masked, the ``agent-effect-ops approve``
+command). The approval comes from the ledger (CLI, console, API), never from
+the client: the client's call with the same arguments after it sends the
+request once; a denied one is a final refusal.
+
 MCP request ids change on every retry, so they cannot identify an operation:
 a tool served over MCP needs a business-key operation id (a template over its
 arguments). :func:`register` refuses one that reads the call scope
@@ -38,8 +48,10 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from effectguard._decorator import IdentityTemplate, get_contract, is_effect
+from effectguard._decorator import IdentityTemplate, get_contract, is_effect, request_of
+from effectguard._model import EffectResult, EffectStatus
 from effectguard._scope import call_scoped
+from effectguard.adapters._approval import request_payload
 from effectguard.adapters._common import (
     Confirmed,
     Pending,
@@ -68,7 +80,8 @@ __all__ = ["PENDING_META_KEY", "register", "register_all"]
 
 logger = logging.getLogger("effectguard.adapters.mcp")
 
-#: The ``_meta`` key of an unconfirmed effect's result, holding its pending payload.
+#: The ``_meta`` key of a paused call's result: its pending payload, or its approval payload
+#: (``kind`` tells them apart) when the request awaits a person's approval.
 PENDING_META_KEY = "io.effectguard/effect"
 
 _SCOPED_TYPE = type(call_scoped("x"))
@@ -105,6 +118,44 @@ def _pending_result(pending: Pending) -> CallToolResult:
     )
 
 
+def _approval_result(
+    fn: Any,
+    public: PublicSignature,
+    arguments: Mapping[str, Any],
+    result: EffectResult[Any],
+    request: str,
+) -> CallToolResult:
+    """The tool error of a request awaiting approval: the approval payload, and what to do next."""
+    recorded = request_of(fn, **arguments)
+    approval = request_payload(
+        fn,
+        tool=public.name,
+        tool_call_id=request,
+        operation_id=result.operation_id,
+        arguments=recorded.arguments,
+        fingerprint=recorded.fingerprint,
+        reason=result.reason,
+    )
+    payload = approval.to_json()
+    logger.warning(
+        "MCP tool %s: operation %s awaits a person's approval; nothing was sent",
+        public.name,
+        approval.operation_id,
+    )
+    text = (
+        f"{public.name} was not sent: operation {approval.operation_id} needs a person's "
+        "approval of exactly this request, which is recorded in the effect ledger. Do not "
+        "report it as done. Once a person has approved it there, retry this call with the same "
+        "arguments: it is sent once. A denied request is never sent."
+    )
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=payload,
+        is_error=True,
+        _meta={PENDING_META_KEY: payload},
+    )
+
+
 async def _execute(fn: Any, arguments: Mapping[str, Any]) -> Any:
     if inspect.iscoroutinefunction(fn):
         return await fn.execute(**arguments)
@@ -118,6 +169,8 @@ async def _call(fn: Any, public: PublicSignature, arguments: dict[str, Any], req
     except (OperationConflictError, OutputNotStored) as exc:
         outcome: Confirmed | Pending | Refused = _refusal(exc, public.name)
     else:
+        if result.status is EffectStatus.AWAITING_APPROVAL:
+            return _approval_result(fn, public, arguments, result, request)
         outcome = classify(fn, result, tool=public.name, tool_call_id=request)
     if isinstance(outcome, Refused):
         raise ToolError(outcome.message)
@@ -163,7 +216,9 @@ def register(
     pause: an unconfirmed effect is an ``isError`` result carrying the pending
     payload (the SDK's input-required flow keeps its state under a
     process-local key, so it would not survive a server restart, and an
-    operator resolves in the ledger, not through the client). Raises
+    operator resolves in the ledger, not through the client). A request
+    awaiting approval is an ``isError`` result carrying the approval payload;
+    the same call after the ledger's approval sends it once. Raises
     :class:`ConfigurationError` for a function that is not an ``@effect``
     function or whose operation id needs a call scope.
     """

@@ -20,6 +20,14 @@ mapped onto three of its public pieces:
   anything is dispatched: ``RunState.to_string()`` keeps the run, an operator
   confirms in the ledger, ``state.approve(item)``, and the body replays the
   ledger without a dispatch.
+- A tool whose contract requires approval for a call's arguments uses the
+  SDK's approval flow: the gate records the request unsent
+  (AWAITING_APPROVAL, bound to its fingerprint) and interrupts;
+  :func:`approval_requests` shows what a person must see (the ledger's
+  arguments, redacted values masked); ``state.approve`` / ``state.reject``
+  is their decision and :func:`record_decisions` writes it into the ledger.
+  The body sends only what the ledger approved, once: an approval that
+  exists only in the ``RunState`` sends nothing.
 
 Each call runs under the call scope ``(run_id, ToolContext.tool_call_id)``;
 the gate computes the same operation id from its ``call_id``. ``run_id`` is a
@@ -38,11 +46,19 @@ import inspect
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from effectguard._decorator import executor_of, operation_id_of
-from effectguard._model import EffectStatus
+from effectguard._decorator import executor_of, request_of
+from effectguard._model import EffectStatus, OperationRecord
 from effectguard._scope import CallScope, call_scope
+from effectguard.adapters._approval import (
+    ApprovalRequest,
+    is_approval_payload,
+    record_decision,
+    record_payload,
+    request_payload,
+)
 from effectguard.adapters._common import (
     Confirmed,
     Outcome,
@@ -59,7 +75,13 @@ from effectguard.adapters._effect_tools import as_text, keyword_parameters, stan
 from effectguard.errors import ConfigurationError
 
 try:
-    from agents import FunctionTool, RunContextWrapper, ToolsToFinalOutputResult, function_tool
+    from agents import (
+        FunctionTool,
+        RunContextWrapper,
+        RunState,
+        ToolsToFinalOutputResult,
+        function_tool,
+    )
     from agents.exceptions import ModelBehaviorError
     from agents.function_schema import function_schema
     from agents.tool import FunctionToolResult
@@ -74,11 +96,14 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
 
 __all__ = [
     "DEFAULT_RUN_ID",
+    "RecordedDecision",
     "RunId",
+    "approval_requests",
     "as_function_tool",
     "asettle_input",
     "ledger_gate",
     "pending_effects",
+    "record_decisions",
     "settle_input",
     "stop_on_unconfirmed",
 ]
@@ -92,6 +117,7 @@ DEFAULT_RUN_ID = "openai-agents"
 RunId = str | Callable[[RunContextWrapper[Any]], str]
 
 _TOOL_ATTRIBUTE = "_effectguard_effect"
+_RUN_ID_ATTRIBUTE = "_effectguard_run_id"
 
 
 def _run_id(run_id: RunId, ctx: RunContextWrapper[Any]) -> str:
@@ -102,12 +128,26 @@ def _run_id(run_id: RunId, ctx: RunContextWrapper[Any]) -> str:
     return value
 
 
-def _text(outcome: Outcome) -> str:
-    """What the model reads: the output, a refusal that invites no retry, or the pending payload.
+def _text(outcome: Outcome, approval: ApprovalRequest | None = None) -> str:
+    """What the model reads: the output, a refusal, the pending payload or the approval payload.
 
-    The payload keeps the call scope's ``run_id``, so a later
+    Either payload keeps the call scope's ``run_id``, so a later
     :func:`settle_input` recomputes the same operation id.
     """
+    if approval is not None:
+        logger.warning(
+            "tool %s (call %s): operation %s awaits a person's approval in the ledger; "
+            "nothing was sent",
+            approval.tool,
+            approval.tool_call_id,
+            approval.operation_id,
+        )
+        message = (
+            f"{approval.tool} was not sent: operation {approval.operation_id} needs a person's "
+            f"approval of exactly this request. Do not call {approval.tool} again for it and do "
+            "not report it as done: the host asks a person, then resumes this call."
+        )
+        return json.dumps({**approval.to_json(), "message": message}, ensure_ascii=False)
     if isinstance(outcome, Confirmed):
         return as_text(outcome.output)
     if isinstance(outcome, Pending):
@@ -126,6 +166,31 @@ def _text(outcome: Outcome) -> str:
         )
         return json.dumps({**effect.to_json(), "message": message}, ensure_ascii=False)
     return outcome.message
+
+
+def _awaiting(
+    fn: Any, arguments: Mapping[str, Any], scope: CallScope, outcome: Outcome
+) -> ApprovalRequest | None:
+    """The approval payload of a call that came back AWAITING_APPROVAL; None for any other.
+
+    Its arguments and fingerprint are computed as the executor computed the
+    ones it recorded (the call would have been a conflict otherwise).
+    """
+    if not isinstance(outcome, Pending) or outcome.effect.status is not _AWAITING:
+        return None
+    effect = outcome.effect
+    with call_scope(run_id=scope.run_id, call_id=scope.call_id):
+        request = request_of(fn, **arguments)
+    return request_payload(
+        fn,
+        tool=effect.tool,
+        tool_call_id=effect.tool_call_id,
+        operation_id=effect.operation_id,
+        arguments=request.arguments,
+        fingerprint=request.fingerprint,
+        reason=effect.reason,
+        run_id=scope.run_id,
+    )
 
 
 def _failure_message(public: PublicSignature) -> Callable[[RunContextWrapper[Any], Exception], str]:
@@ -153,7 +218,11 @@ def as_function_tool(
     an unconfirmed effect as the pending payload (JSON). Any other failure
     reaches the model through a ``failure_error_function`` that does not say
     "try again". With ``gate`` (the default) a call of an operation that is
-    not settled is interrupted before dispatch (:func:`ledger_gate`).
+    not settled, or of a request awaiting approval, is interrupted before
+    dispatch (:func:`ledger_gate`). A request the ledger holds
+    AWAITING_APPROVAL when the body runs is not sent: the output is the
+    approval payload (:class:`~effectguard.adapters.ApprovalRequest`), which
+    :func:`stop_on_unconfirmed` ends the run on.
     """
     public = public_signature(fn, name=name)
 
@@ -162,7 +231,7 @@ def as_function_tool(
         outcome = await run_effect_async(
             fn, arguments, scope=scope, tool=public.name, tool_call_id=ctx.tool_call_id
         )
-        return _text(outcome)
+        return _text(outcome, _awaiting(fn, arguments, scope, outcome))
 
     context = inspect.Parameter(
         "ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ToolContext[Any]
@@ -176,8 +245,11 @@ def as_function_tool(
         needs_approval=ledger_gate(fn, run_id=run_id) if gate else False,
     )
     setattr(made, _TOOL_ATTRIBUTE, fn)
+    setattr(made, _RUN_ID_ATTRIBUTE, run_id)
     return made
 
+
+_AWAITING = EffectStatus.AWAITING_APPROVAL
 
 #: Statuses of an operation that was (or may have been) sent and is not settled yet.
 _UNSETTLED = frozenset(
@@ -193,28 +265,63 @@ _UNSETTLED = frozenset(
 def ledger_gate(
     fn: Any, *, run_id: RunId = DEFAULT_RUN_ID
 ) -> Callable[[RunContextWrapper[Any], dict[str, Any], str], Awaitable[bool]]:
-    """A ``needs_approval=`` policy: True when the call's operation was sent and is not settled.
+    """A ``needs_approval=`` policy: True when the ledger says the call must not run yet.
 
-    The operation id is computed as the tool body computes it (same run id,
-    the SDK's ``call_id``), and the ledger is only read: a call of an
-    operation that is DISPATCHED, OUTCOME_UNKNOWN, RECONCILING or QUARANTINED
-    is interrupted before anything is dispatched. Arguments that do not fit
-    the tool are left to the tool body to report.
+    The call's request is computed as the tool body computes it (same run id,
+    the SDK's ``call_id``, the arguments as the tool's schema validates them).
+    Two kinds of call are interrupted before anything is dispatched:
+
+    - one whose contract requires approval for these arguments and that the
+      ledger holds AWAITING_APPROVAL. A new such request is recorded there
+      first, unsent (the same write the tool body would make), so the SDK's
+      approval interruption and the ledger name the same request, bound to
+      its fingerprint; :func:`record_decisions` writes the decision taken
+      through the SDK, and only the ledger's approval lets the body send;
+    - one of an operation that was sent and is not settled (DISPATCHED,
+      OUTCOME_UNKNOWN, RECONCILING, QUARANTINED).
+
+    Any other call runs: an approved request (the body sends it once), a
+    settled one (replayed), one whose arguments differ from the recorded
+    request (the body refuses it as a conflict, sending nothing), or
+    arguments that do not fit the tool (the body reports them).
     """
     public = public_signature(fn)
+    parse = _argument_parser(fn)
 
     async def needs_approval(
         ctx: RunContextWrapper[Any], parameters: dict[str, Any], call_id: str
     ) -> bool:
-        with call_scope(run_id=_run_id(run_id, ctx), call_id=call_id):
+        arguments = parse(parameters)
+        if arguments is None:
+            return False
+        scope = CallScope(_run_id(run_id, ctx), call_id)
+        with call_scope(run_id=scope.run_id, call_id=scope.call_id):
             try:
-                operation = operation_id_of(fn, **parameters)
+                request = request_of(fn, **arguments)
             except TypeError:
                 return False
-        record = await asyncio.to_thread(executor_of(fn).ledger.get, operation)
-        unsettled = record is not None and record.status in _UNSETTLED
+        ledger = executor_of(fn).ledger
+        record = await asyncio.to_thread(ledger.get, request.operation_id)
+        if record is None and request.needs_approval:
+            # No record: the executor records this request AWAITING_APPROVAL and sends nothing.
+            await run_effect_async(
+                fn, arguments, scope=scope, tool=public.name, tool_call_id=call_id
+            )
+            record = await asyncio.to_thread(ledger.get, request.operation_id)
+        if record is None or record.fingerprint != request.fingerprint:
+            return False
+        if record.status is _AWAITING:
+            logger.info(
+                "tool %s: operation %s awaits approval; interrupting",
+                public.name,
+                record.operation_id,
+            )
+            return True
+        unsettled = record.status in _UNSETTLED
         if unsettled:
-            logger.info("tool %s: operation %s is unsettled; interrupting", public.name, operation)
+            logger.info(
+                "tool %s: operation %s is unsettled; interrupting", public.name, record.operation_id
+            )
         return unsettled
 
     return needs_approval
@@ -226,11 +333,12 @@ def stop_on_unconfirmed(
 ) -> ToolsToFinalOutputResult:
     """A ``tool_use_behavior`` ending the run when a tool's effect is not confirmed.
 
-    The model never reads the pending output, so it can neither answer "done"
-    nor call again; ``final_output`` is a text naming each pending operation,
-    and :func:`pending_effects` gives their payloads.
+    The model never reads the pending output (or an approval payload: a
+    request awaiting approval), so it can neither answer "done" nor call
+    again; ``final_output`` is a text naming each waiting operation, and
+    :func:`pending_effects` / :func:`approval_requests` give their payloads.
     """
-    pending = [p for r in results if (p := _pending(r.output)) is not None]
+    pending = [p for r in results if (p := _waiting(r.output)) is not None]
     if not pending:
         return ToolsToFinalOutputResult(is_final_output=False)
     listed = "; ".join(f"{p.tool}: {p.operation_id} ({p.status.value})" for p in pending)
@@ -240,15 +348,51 @@ def stop_on_unconfirmed(
     )
 
 
-def _pending(output: object) -> PendingEffect | None:
-    """The pending effect a tool output holds, or None for any other output."""
+def _payload(output: object) -> object:
+    """The JSON object a tool output holds, or None for any other output."""
     if not isinstance(output, str) or not output.startswith("{"):
         return None
     try:
-        found = json.loads(output)
+        return json.loads(output)
     except ValueError:
         return None
+
+
+def _pending(output: object) -> PendingEffect | None:
+    """The pending effect a tool output holds, or None for any other output."""
+    found = _payload(output)
     return PendingEffect.from_json(found) if is_pending_payload(found) else None
+
+
+def _approval(output: object) -> ApprovalRequest | None:
+    """The approval payload a tool output holds, or None for any other output."""
+    found = _payload(output)
+    return ApprovalRequest.from_json(found) if is_approval_payload(found) else None
+
+
+def _waiting(output: object) -> PendingEffect | None:
+    """A tool output the run must not continue on: a pending effect or an approval payload.
+
+    An approval payload is given as the :class:`PendingEffect` of its
+    AWAITING_APPROVAL operation (nothing sent, no attempt), so one resume
+    step serves both.
+    """
+    pending = _pending(output)
+    if pending is not None:
+        return pending
+    approval = _approval(output)
+    if approval is None:
+        return None
+    return PendingEffect(
+        tool=approval.tool,
+        tool_call_id=approval.tool_call_id,
+        operation_id=approval.operation_id,
+        status=_AWAITING,
+        reason=approval.reason,
+        attempts=0,
+        operator_command=approval.operator_command,
+        run_id=approval.run_id,
+    )
 
 
 def pending_effects(result: Any) -> list[PendingEffect]:
@@ -298,7 +442,7 @@ def _pending_calls(items: Sequence[Any], table: Mapping[str, Any]) -> list[_Call
     for index, item in enumerate(items):
         if not isinstance(item, Mapping) or item.get("type") != "function_call_output":
             continue
-        pending = _pending(item.get("output"))
+        pending = _waiting(item.get("output"))
         if pending is None:
             continue
         fn = table.get(pending.tool)
@@ -323,11 +467,11 @@ def _pending_calls(items: Sequence[Any], table: Mapping[str, Any]) -> list[_Call
     return found
 
 
-def _call_arguments(fn: Any, arguments: str | None, pending: PendingEffect) -> dict[str, Any]:
-    """The arguments the SDK passed the tool body for the call's JSON: validated by its schema.
+def _argument_parser(fn: Any) -> Callable[[Mapping[str, Any]], dict[str, Any] | None]:
+    """Parse a call's JSON arguments as the SDK does before the tool body: None if they do not fit.
 
-    The operation's fingerprint was taken from those (``20`` for a ``float`` is
-    ``20.0``); resuming with the raw JSON would be another request, a conflict.
+    The operation's fingerprint is taken from the parsed values (``20`` for a
+    ``float`` is ``20.0``); the raw JSON would be another request, a conflict.
     """
     public = public_signature(fn)
 
@@ -337,17 +481,29 @@ def _call_arguments(fn: Any, arguments: str | None, pending: PendingEffect) -> d
     schema = function_schema(
         stand_in(body, public, keyword_parameters(public, Field), str), use_docstring_info=False
     )
+
+    def parse(raw: Mapping[str, Any]) -> dict[str, Any] | None:
+        try:
+            parsed = schema.params_pydantic_model(**raw)
+        except ValidationError:
+            return None
+        _, kwargs = schema.to_call_args(parsed)
+        return kwargs
+
+    return parse
+
+
+def _call_arguments(fn: Any, arguments: str | None, pending: PendingEffect) -> dict[str, Any]:
+    """The arguments the SDK passed the tool body for the call's JSON: validated by its schema."""
     raw = json.loads(arguments or "{}")
-    try:
-        parsed = schema.params_pydantic_model(**raw)
-    except ValidationError as exc:
+    parsed = _argument_parser(fn)(raw) if isinstance(raw, Mapping) else None
+    if parsed is None:
         msg = (
             f"call {pending.tool_call_id} of {pending.tool!r}: its arguments do not fit the "
-            f"tool's parameters ({exc.error_count()} error(s)); nothing was sent"
+            "tool's parameters; nothing was sent"
         )
-        raise ConfigurationError(msg) from exc
-    _, kwargs = schema.to_call_args(parsed)
-    return kwargs
+        raise ConfigurationError(msg)
+    return parsed
 
 
 def _settled(
@@ -355,8 +511,8 @@ def _settled(
 ) -> tuple[list[Any], list[PendingEffect]]:
     settled = list(items)
     waiting = []
-    for (index, *_), outcome in zip(pending, outcomes, strict=True):
-        text = _text(outcome)
+    for (index, fn, arguments, _, scope), outcome in zip(pending, outcomes, strict=True):
+        text = _text(outcome, _awaiting(fn, arguments, scope, outcome))
         if isinstance(outcome, Pending):
             waiting.append(outcome.effect)
         settled[index] = {**items[index], "output": text}
@@ -372,7 +528,9 @@ def settle_input(
     ``@effect`` functions (or the tools :func:`as_function_tool` made, or a
     name → function mapping). Each pending call is resumed under its own call
     scope: a QUARANTINED operation stays pending and nothing is called, an
-    OUTCOME_UNKNOWN one is probed again, a CONFIRMED or REJECTED one replayed.
+    OUTCOME_UNKNOWN one is probed again, a CONFIRMED or REJECTED one replayed;
+    a request that awaited approval is sent once if the ledger now holds its
+    approval, and stays waiting (nothing sent) while it does not.
     Returns the new items, for ``Runner.run(agent, items)``, and the
     :class:`~effectguard.adapters.PendingEffect` of each call still waiting
     for an operator (empty when the run can continue). Sync
@@ -400,3 +558,183 @@ async def asettle_input(
         for _, fn, arguments, effect, scope in pending
     ]
     return _settled(items, pending, outcomes)
+
+
+# -- approvals through the SDK's own flow -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedDecision:
+    """A decision taken through the SDK (``RunState.approve`` / ``reject``) and the ledger's state.
+
+    ``status`` is the operation's status in the ledger after
+    :func:`record_decisions`: PREPARED for a recorded approval (the resumed
+    run sends it once), REJECTED for a denial (never sent). Another status
+    means the ledger already held a decision, which stands.
+    """
+
+    tool: str
+    tool_call_id: str
+    operation_id: str
+    approved: bool
+    status: EffectStatus
+
+
+_Interrupted = tuple[Any, dict[str, Any], CallScope, str, str]
+
+
+def _interrupted_call(item: Any, ctx: RunContextWrapper[Any]) -> _Interrupted | None:
+    """An interruption of a tool :func:`as_function_tool` made: fn, arguments, scope, name, id.
+
+    None for any other interruption (another tool, a hosted or nested one),
+    which is left to the SDK.
+    """
+    raw = item.raw_item
+    call_id = raw.get("call_id") if isinstance(raw, Mapping) else getattr(raw, "call_id", None)
+    text = raw.get("arguments") if isinstance(raw, Mapping) else getattr(raw, "arguments", None)
+    agent = getattr(item, "agent", None)
+    if not isinstance(call_id, str) or not isinstance(text, str) or agent is None:
+        return None
+    tool = next(
+        (
+            t
+            for t in getattr(agent, "tools", ())
+            if isinstance(t, FunctionTool) and t.name == item.tool_name
+        ),
+        None,
+    )
+    fn = getattr(tool, _TOOL_ATTRIBUTE, None)
+    if tool is None or fn is None:
+        return None
+    try:
+        raw_arguments = json.loads(text or "{}")
+    except ValueError:
+        return None
+    arguments = _argument_parser(fn)(raw_arguments) if isinstance(raw_arguments, Mapping) else None
+    if arguments is None:
+        return None
+    scope = CallScope(_run_id(getattr(tool, _RUN_ID_ATTRIBUTE), ctx), call_id)
+    return fn, arguments, scope, tool.name, call_id
+
+
+def _awaiting_record(
+    fn: Any, arguments: Mapping[str, Any], scope: CallScope
+) -> OperationRecord | None:
+    """The ledger's record of this request while it awaits approval; None otherwise."""
+    with call_scope(run_id=scope.run_id, call_id=scope.call_id):
+        request = request_of(fn, **arguments)
+    record = executor_of(fn).ledger.get(request.operation_id)
+    if (
+        record is None
+        or record.status is not _AWAITING
+        or record.fingerprint != request.fingerprint
+    ):
+        return None
+    return record
+
+
+def _interruptions(given: Any) -> tuple[list[Any], RunContextWrapper[Any]]:
+    """A run result's or a ``RunState``'s interruptions, and the run context they belong to."""
+    if isinstance(given, RunState):
+        # RunState keeps its context private; the decisions of RunState.approve live there.
+        context = given._context  # noqa: SLF001 - RunState has no public accessor in 0.24
+        if context is None:
+            msg = "the RunState has no run context: it holds no interruptions to decide"
+            raise ConfigurationError(msg)
+        return list(given.get_interruptions()), context
+    return list(getattr(given, "interruptions", ())), given.context_wrapper
+
+
+def approval_requests(result_or_state: Any) -> list[ApprovalRequest]:
+    """What a person must see to decide: each request of the run awaiting approval.
+
+    From the SDK's interruptions of a run result or a ``RunState``, each one
+    whose request the ledger holds AWAITING_APPROVAL, with the arguments as the
+    ledger recorded them (a redacted value is ``"[redacted]"``; the SDK's own
+    item still holds the model's raw arguments), its fingerprint and the
+    ``agent-effect-ops approve`` command; then, for a run result, each approval
+    payload among its tool outputs (a tool made with ``gate=False``, or an
+    approval the SDK gave and the ledger does not hold). Reads the ledger only.
+    """
+    interruptions, ctx = _interruptions(result_or_state)
+    found = []
+    for item in interruptions:
+        call = _interrupted_call(item, ctx)
+        if call is None:
+            continue
+        fn, arguments, scope, tool, call_id = call
+        record = _awaiting_record(fn, arguments, scope)
+        if record is not None:
+            found.append(
+                record_payload(fn, record, tool=tool, tool_call_id=call_id, run_id=scope.run_id)
+            )
+    for item in getattr(result_or_state, "new_items", None) or ():
+        approval = _approval(getattr(item, "output", None))
+        if approval is not None:
+            found.append(approval)
+    return found
+
+
+def record_decisions(
+    state: Any,
+    *,
+    actor: str,
+    reason: str,
+    evidence_reference: str,
+    expires_in: float | None = None,
+) -> list[RecordedDecision]:
+    """Record in the ledger each decision taken through ``state.approve`` / ``state.reject``.
+
+    For every interruption of ``state`` (a ``RunState``) of a tool whose
+    contract requires approval for the call's arguments and that the SDK has
+    a decision for, while the ledger holds the request AWAITING_APPROVAL, the
+    ledger's ``approve`` (with ``expires_in`` seconds, if given) or ``deny``
+    is written with ``actor``, ``reason`` and ``evidence_reference`` (the OS
+    user and host are added by the ledger), bound to the request's
+    fingerprint as computed from the call's own arguments and fenced on the
+    state read: an approval can never land on another request. Undecided
+    interruptions are left alone, and so is a request the ledger already
+    decided (its :class:`RecordedDecision` reports the ledger's status, which
+    stands), so recording twice writes once.
+
+    Call it before ``Runner.run(agent, state)``: the resumed tool body sends
+    a request only if the ledger holds its approval, so an approval given in
+    the SDK and not recorded sends nothing (the run pauses again with the
+    approval payload). Blocks on the ledger's writes; from async code,
+    ``await asyncio.to_thread(record_decisions, state, ...)``.
+    Returns one :class:`RecordedDecision` per decided approval interruption.
+    Raises :class:`~effectguard.OperationNotFoundError` when the ledger holds
+    no such request (another ledger than the run's) and
+    :class:`~effectguard.OperationConflictError` when it holds another
+    request under the operation id; nothing is written for that call.
+    """
+    if not isinstance(state, RunState):
+        msg = f"record_decisions takes a RunState (result.to_state()), not {type(state).__name__}"
+        raise TypeError(msg)
+    interruptions, ctx = _interruptions(state)
+    decisions = []
+    for item in interruptions:
+        call = _interrupted_call(item, ctx)
+        if call is None:
+            continue
+        fn, arguments, scope, tool, call_id = call
+        decided = ctx.get_approval_status(item.tool_name, call_id, existing_pending=item)
+        if decided is None:
+            continue
+        with call_scope(run_id=scope.run_id, call_id=scope.call_id):
+            if not request_of(fn, **arguments).needs_approval:
+                continue  # the gate's pause on an unsettled outcome: not an approval
+        record = record_decision(
+            fn,
+            arguments,
+            scope=scope,
+            approved=decided,
+            actor=actor,
+            reason=reason,
+            evidence_reference=evidence_reference,
+            expires_in=expires_in,
+        )
+        decisions.append(
+            RecordedDecision(tool, call_id, record.operation_id, decided, record.status)
+        )
+    return decisions
