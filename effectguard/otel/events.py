@@ -24,6 +24,7 @@ Event = tuple[str, dict[str, Any]]
 
 _UNKNOWN = frozenset({EffectStatus.OUTCOME_UNKNOWN, EffectStatus.RECONCILING})
 _DEFAULT_ERROR = {
+    EffectStatus.AWAITING_APPROVAL: "effectguard.awaiting_approval",
     EffectStatus.REJECTED: "effectguard.rejected",
     EffectStatus.PREPARED: "effectguard.not_sent",
     EffectStatus.DISPATCHED: "effectguard.in_progress",

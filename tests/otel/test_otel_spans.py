@@ -252,6 +252,21 @@ def test_a_request_that_never_left_is_a_not_sent_error(executor, telemetry):
     assert provider.committed() == 0
 
 
+def test_a_request_awaiting_approval_is_its_own_error_and_sends_nothing(executor, telemetry):
+    """requires_approval: AWAITING_APPROVAL, an approval_requested event, error.type named."""
+    provider = FakePaymentProvider()
+    contract = capture_contract(provider, requires_approval=True)
+
+    result = executor.execute(contract, ARGS, provider.handler)
+
+    assert result.status is EffectStatus.AWAITING_APPROVAL
+    _, span = _tree(telemetry)
+    assert "approval_requested" in events(span)
+    assert span.attributes["error.type"] == "effectguard.awaiting_approval"
+    assert span.status.status_code is StatusCode.ERROR
+    assert provider.committed() == 0
+
+
 def test_a_retry_shows_the_probe_the_wait_and_the_second_dispatch(executor, telemetry):
     """Failed before commit, probe NOT_COMMITTED: retry_wait, retry, dispatched #2, confirmed."""
     provider = FakePaymentProvider(
