@@ -19,6 +19,7 @@ import click
 
 from effectguard import __version__
 from effectguard.cli._ops_click import one_line, unusable_paths
+from effectguard.cli._progress import progress_on_stderr
 from effectguard.cli._reports import (
     INVARIANT_BROKEN,
     OUTPUT,
@@ -27,6 +28,7 @@ from effectguard.cli._reports import (
     write_json,
 )
 from effectguard.errors import EffectGuardError
+from effectguard.testkit.checker import EPISODE_KINDS, CheckInputError, load_check, run_check
 from effectguard.testkit.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 __all__ = ["cli", "main"]
@@ -114,6 +116,71 @@ def cli(
     if output is not None:
         write_json(output, report.to_json(), force=force)
     if not report.invariant_held:
+        ctx.exit(INVARIANT_BROKEN)
+
+
+@cli.command("check")
+@click.argument("tool_spec", metavar="MODULE:FUNCTION")
+@click.option(
+    "--counter",
+    metavar="MODULE:FUNCTION",
+    help="counter(operation_id, idempotency_key) -> int: effects your provider committed.",
+)
+@click.option(
+    "--episodes",
+    type=click.IntRange(min=1, max=10_000),
+    default=len(EPISODE_KINDS),
+    show_default=True,
+    help="Episodes to play; the faults (lost-ack, fail-before, timeout) take turns.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the arguments.")
+@click.option(
+    "--same-request",
+    multiple=True,
+    metavar="ARG",
+    help="An argument that does not tell two requests apart (may stay out of the id).",
+)
+@click.option("--json", "json_path", type=OUTPUT, help="Write the JSON receipt to this new file.")
+@click.option("--force", is_flag=True, help="Let --json replace an existing file.")
+@click.pass_context
+def check(
+    ctx: click.Context,
+    tool_spec: str,
+    counter: str | None,
+    episodes: int,
+    seed: int,
+    same_request: tuple[str, ...],
+    json_path: Path | None,
+    force: bool,
+) -> None:
+    """Put your own @effect tool under injected faults and count the effects it made.
+
+    Each episode runs the tool in this process on a fresh temporary ledger:
+    the acknowledgement lost after the handler returned, a failure before the
+    handler is called, a handler timeout. Then the contract's claims are
+    tested: the probe, idempotency_guaranteed, the operation id template.
+    The current directory is importable, as with python -m. Exit 0 when
+    everything held, 1 on a duplicate, a lost confirmation or a broken claim.
+    """
+    check_output(json_path, force=force)
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
+    try:
+        subject = load_check(tool_spec, counter, same_request=same_request)
+        with progress_on_stderr("check", episodes) as advance:
+            report = run_check(subject, episodes=episodes, seed=seed, progress=advance)
+    except CheckInputError as exc:
+        raise BadInput(str(exc)) from exc
+    if counter is None:
+        click.echo(
+            "no --counter: effects are the handler's returns, and idempotency is not checked"
+        )
+    for line in report.table():
+        click.echo(line)
+    click.echo(report.summary())
+    if json_path is not None:
+        write_json(json_path, report.to_json(), force=force)
+    if not report.held:
         ctx.exit(INVARIANT_BROKEN)
 
 

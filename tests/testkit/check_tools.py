@@ -1,0 +1,110 @@
+"""Tools for ``agent-effect check``'s tests, each over a FakePaymentProvider that counts captures.
+
+``PROVIDERS`` is replaced before each test (see ``fresh_providers``), so each
+test counts only its own captures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from effectguard import OutcomeProbeResult, effect
+from effectguard.testkit import FakePaymentProvider, Lookup
+
+PROVIDERS: dict[str, FakePaymentProvider] = {}
+
+
+def reset() -> dict[str, FakePaymentProvider]:
+    """Fresh providers: honest (deduplicates, strong lookup) and no-dedup (every send commits)."""
+    PROVIDERS.clear()
+    PROVIDERS["honest"] = FakePaymentProvider(idempotency_guaranteed=True, lookup=Lookup.STRONG)
+    PROVIDERS["no_dedup"] = FakePaymentProvider(idempotency_guaranteed=False, lookup=Lookup.STRONG)
+    return PROVIDERS
+
+
+reset()
+
+
+def _probe(name: str, invoice_id: str, idempotency_key: str | None) -> OutcomeProbeResult:
+    return PROVIDERS[name].probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)
+
+
+@effect(
+    operation_id="invoice:{invoice_id}:capture:{amount_cents}",
+    idempotency_key="capture:{invoice_id}:{amount_cents}",
+    idempotency_guaranteed=True,
+    probe=lambda invoice_id, amount_cents, idempotency_key: _probe(
+        "honest", invoice_id, idempotency_key
+    ),
+)
+def honest_capture(invoice_id: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
+    """A capture whose contract tells the truth: deduplicating keys, a read-your-writes probe."""
+    return PROVIDERS["honest"].capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+def count_honest(operation_id: str, idempotency_key: str | None) -> int:
+    """Captures the honest provider committed under ``idempotency_key``."""
+    return PROVIDERS["honest"].committed(idempotency_key)
+
+
+@effect(
+    operation_id="invoice:{invoice_id}:capture:{amount_cents}",
+    idempotency_key="capture:{invoice_id}:{amount_cents}",
+    probe=lambda invoice_id, amount_cents, idempotency_key: OutcomeProbeResult.not_committed(
+        {"lookup": "always says not found"}
+    ),
+)
+def lying_probe_capture(invoice_id: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
+    """A capture at a provider without dedup whose probe answers NOT_COMMITTED, always."""
+    return PROVIDERS["no_dedup"].capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+@effect(
+    operation_id="invoice:{invoice_id}:capture:{amount_cents}",
+    idempotency_key="capture:{invoice_id}:{amount_cents}",
+    idempotency_guaranteed=True,
+    probe=lambda invoice_id, amount_cents, idempotency_key: _probe(
+        "no_dedup", invoice_id, idempotency_key
+    ),
+)
+def false_idempotency_capture(
+    invoice_id: str, amount_cents: int, idempotency_key: str
+) -> dict[str, Any]:
+    """A capture claiming idempotency_guaranteed at a provider that commits every resend."""
+    return PROVIDERS["no_dedup"].capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+def count_no_dedup(operation_id: str, idempotency_key: str | None) -> int:
+    """Captures the deduplication-free provider committed under ``idempotency_key``."""
+    return PROVIDERS["no_dedup"].committed(idempotency_key)
+
+
+@effect(
+    operation_id="invoice:{invoice_id}:capture",
+    idempotency_key="capture:{invoice_id}:{amount_cents}",
+    idempotency_guaranteed=True,
+    probe=lambda invoice_id, amount_cents, idempotency_key: _probe(
+        "honest", invoice_id, idempotency_key
+    ),
+)
+def colliding_capture(invoice_id: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
+    """A capture whose operation id leaves out the amount: two amounts share one id."""
+    return PROVIDERS["honest"].capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+@effect(operation_id="invoice:{invoice_id}:capture")
+def no_probe_capture(invoice_id: str, amount_cents: int) -> dict[str, Any]:
+    """A capture without a probe: nothing could settle its uncertain outcome."""
+    return PROVIDERS["honest"].capture(invoice_id, amount_cents)
+
+
+def plain_function(invoice_id: str) -> None:
+    """Not an @effect tool."""
+
+
+def raising_counter(operation_id: str, idempotency_key: str | None) -> int:
+    """A counter that cannot count."""
+    raise RuntimeError("sandbox is down")
+
+
+NOT_CALLABLE = 3
