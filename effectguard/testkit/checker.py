@@ -352,7 +352,11 @@ class _Run:
 
 
 def _handler(
-    subject: Subject, counts: _Counts, fault: str, released: threading.Event, done: threading.Event
+    subject: Subject,
+    counts: _Counts,
+    fault: str,
+    released: threading.Event,
+    first_thread: list[threading.Thread],
 ) -> Callable[..., Any]:
     """The tool's handler with ``fault`` injected into its first attempt."""
     tool = subject.tool
@@ -362,25 +366,20 @@ def _handler(
         nonlocal calls
         calls += 1
         first = calls == 1
+        if first:
+            first_thread.append(threading.current_thread())
         if first and fault == "fail-before":
-            done.set()
             raise ConnectionRefusedError("effectguard check: failed before the handler was called")
         operation_id = subject.contract.identity(arguments)[0]
-        try:
-            args, kwargs = tool.shape.tool_call(None, arguments, idempotency_key)
-            output = tool.func(*args, **kwargs)
-            counts.returned(operation_id)
-            if first and fault == "lost-ack":
-                raise _AckLost(
-                    "effectguard check: acknowledgement dropped after the handler returned"
-                )
-            if first and fault == "timeout":
-                # Hold the return past the deadline: the executor must treat it as in flight.
-                released.wait(_WAIT_SECONDS)
-            return output
-        finally:
-            if first:
-                done.set()
+        args, kwargs = tool.shape.tool_call(None, arguments, idempotency_key)
+        output = tool.func(*args, **kwargs)
+        counts.returned(operation_id)
+        if first and fault == "lost-ack":
+            raise _AckLost("effectguard check: acknowledgement dropped after the handler returned")
+        if first and fault == "timeout":
+            # Hold the return past the deadline: the executor must treat it as still in flight.
+            released.wait(_WAIT_SECONDS)
+        return output
 
     return handler
 
@@ -394,8 +393,9 @@ def _episode(
     if fault == "timeout":
         contract = dataclasses.replace(contract, handler_timeout=_HANDLER_TIMEOUT)
     operation_id, key = contract.identity(arguments)
-    released, done = threading.Event(), threading.Event()
-    handler = _handler(subject, counts, fault, released, done)
+    released = threading.Event()
+    first_thread: list[threading.Thread] = []
+    handler = _handler(subject, counts, fault, released, first_thread)
     with tempfile.TemporaryDirectory(prefix="effectguard-check-") as directory:
         run = _Run(Path(directory), seed)
         try:
@@ -403,9 +403,11 @@ def _episode(
                 run.executor.execute(contract, arguments, handler)
             finally:
                 released.set()
-            done.wait(_WAIT_SECONDS)
-            if fault == "timeout":
-                _wait_settled(run.ledger, operation_id)
+            # A handler past its deadline records its late return from its own thread:
+            # joining it means the ledger holds everything the episode did.
+            for thread in first_thread:
+                if thread is not threading.current_thread():
+                    thread.join(_WAIT_SECONDS)
             # A second call must replay what the ledger holds, never send again.
             again = run.executor.execute(contract, arguments, handler)
             record = run.ledger.get(operation_id)
@@ -428,20 +430,6 @@ def _episode(
         duplicate=judge_duplicates and effects > 1,
         lost_confirmation=effects >= 1 and status in _SETTLED_WITHOUT_EFFECT,
     )
-
-
-def _wait_settled(ledger: SQLiteEffectLedger, operation_id: str) -> None:
-    """Wait until a late return has been recorded (the row leaves DISPATCHED or RECONCILING)."""
-    event = threading.Event()
-    for _ in range(int(_WAIT_SECONDS / 0.01)):
-        record = ledger.get(operation_id)
-        if record is None or record.status not in {
-            EffectStatus.DISPATCHED,
-            EffectStatus.RECONCILING,
-            EffectStatus.OUTCOME_UNKNOWN,
-        }:
-            return
-        event.wait(0.01)
 
 
 def _call_tool(subject: Subject, arguments: Mapping[str, Any], key: str | None) -> Any:
