@@ -49,6 +49,7 @@ from effectguard._decorator import Tool
 from effectguard._executor import EffectExecutor
 from effectguard._executor._machine import seeded_jitter
 from effectguard._model import EffectStatus, OutcomeProbeResult, ProbeStatus
+from effectguard.errors import EffectGuardError
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
 
@@ -269,7 +270,9 @@ def load_check(
             raise CheckInputError(f"counter {counter!r} is not callable")
         count = typing.cast("Counter", candidate)
         _preflight(count, counter)
-    return Subject(spec, tool, count, counter, tuple(same_request))
+    subject = Subject(spec, tool, count, counter, tuple(same_request))
+    check_arguments(subject)
+    return subject
 
 
 def _preflight(counter: Counter, spec: str) -> None:
@@ -313,8 +316,13 @@ def _value(name: str, hint: Any, parameter: inspect.Parameter, rng: random.Rando
 
 
 def check_arguments(subject: Subject) -> None:
-    """Refuse, up front, a tool whose arguments cannot be drawn."""
-    _arguments(subject.tool, random.Random(0), "probe")
+    """Refuse, up front, a tool whose arguments cannot be drawn or identified by its contract."""
+    arguments = _arguments(subject.tool, random.Random(0), "preflight")
+    try:
+        subject.contract.identity(arguments)
+    except EffectGuardError as exc:  # a call_scoped template outside a scope, a bad template
+        msg = f"tool {subject.spec!r}: its operation id cannot be made here: {exc}"
+        raise CheckInputError(msg) from exc
 
 
 class _Counts:
@@ -442,7 +450,12 @@ def _probe_claim(subject: Subject, counts: _Counts, seed: int) -> ClaimCheck:  #
     contract = subject.contract
     arguments = _arguments(subject.tool, random.Random(f"{seed}:probe"), f"{seed}-probe")
     operation_id, key = contract.identity(arguments)
-    _call_tool(subject, arguments, key)
+    try:
+        _call_tool(subject, arguments, key)
+    except Exception as exc:  # noqa: BLE001 - the claim cannot be tested; the report says why
+        return ClaimCheck(
+            "probe", held=None, evidence=f"the tool raised {type(exc).__name__}: {exc}"
+        )
     counts.returned(operation_id)
     effects = counts.effects(operation_id, key)
     if effects < 1:
@@ -496,8 +509,12 @@ def _idempotency_claim(subject: Subject, counts: _Counts, seed: int) -> ClaimChe
         )
     arguments = _arguments(subject.tool, random.Random(f"{seed}:resend"), f"{seed}-resend")
     operation_id, key = contract.identity(arguments)
-    _call_tool(subject, arguments, key)
-    _call_tool(subject, arguments, key)
+    try:
+        _call_tool(subject, arguments, key)
+        _call_tool(subject, arguments, key)
+    except Exception as exc:  # noqa: BLE001 - the claim cannot be tested; the report says why
+        evidence = f"the tool raised {type(exc).__name__}: {exc}"
+        return ClaimCheck("idempotency_guaranteed", held=None, evidence=evidence)
     effects = counts.effects(operation_id, key)
     evidence = f"two sends with key {key!r} left {effects} effect(s)"
     return ClaimCheck("idempotency_guaranteed", held=effects <= 1, evidence=evidence)

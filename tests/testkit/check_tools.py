@@ -108,3 +108,8 @@ def raising_counter(operation_id: str, idempotency_key: str | None) -> int:
 
 
 NOT_CALLABLE = 3
+
+
+@effect(operation_id="capture:{invoice_id}", probe=lambda invoice_id, blob: None)
+def unannotated_capture(invoice_id: str, blob: object) -> None:
+    """A tool with an argument the checker cannot draw (no simple annotation, no default)."""

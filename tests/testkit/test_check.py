@@ -128,6 +128,7 @@ def test_without_a_counter_the_report_says_so_and_counts_handler_returns(tmp_pat
         (["no_such_module_xyz:tool"], "cannot import no_such_module_xyz"),
         ([f"{TOOLS}:missing"], "has no missing"),
         (["no-colon"], "is not MODULE:FUNCTION"),
+        ([f"{TOOLS}:unannotated_capture"], "cannot draw a value for parameter 'blob'"),
         (
             [f"{TOOLS}:honest_capture", "--counter", f"{TOOLS}:raising_counter"],
             "raised RuntimeError: sandbox is down",
