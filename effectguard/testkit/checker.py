@@ -566,7 +566,11 @@ def run_check(
     counts = _Counts(subject)
     played = []
     for number in range(1, episodes + 1):
-        played.append(_episode(subject, counts, number, EPISODE_KINDS[(number - 1) % 3], seed))
+        played.append(
+            _episode(
+                subject, counts, number, EPISODE_KINDS[(number - 1) % len(EPISODE_KINDS)], seed
+            )
+        )
         if progress is not None:
             progress(1)
     claims = (
