@@ -44,6 +44,7 @@ NEEDS_EXTRAS = {
         ("mcp", "mcp"),
     ],
     "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
+    "engines.md": [("celery", "celery")],
 }
 
 
