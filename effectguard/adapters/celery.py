@@ -90,10 +90,16 @@ class EffectTask(Task):  # type: ignore[misc] # celery ships no type information
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the body under the task's call scope and map an unconfirmed effect onto Celery."""
         request = self.request
+        if request.called_directly or not request.id:
+            # A plain function call (``task(...)``): no message, so no task id to scope by.
+            return super().__call__(*args, **kwargs)
         run_id, call_id = task_scope(self.name, request.id)
         with call_scope(run_id=run_id, call_id=call_id):
             try:
-                return super().__call__(*args, **kwargs)
+                # run(), not Task.__call__: that pushes a fresh, empty request over the one
+                # Celery pushed for this message in an eager apply() on Celery 5.3, so the body
+                # would see no task id. A worker's stack protection calls run() the same way.
+                return self.run(*args, **kwargs)
             except (EffectInProgress, EffectNotSent) as exc:
                 # Another worker holds the lease, or the request provably never left: a later
                 # run replays the holder's outcome or sends once. Neither is a blind resend.
@@ -123,7 +129,7 @@ class EffectTask(Task):  # type: ignore[misc] # celery ships no type information
             run_id=run_id,
         )
         _log.warning("celery task %s[%s]: %s", self.name, self.request.id, pending.message())
-        if self.request.called_directly or isinstance(self.backend, DisabledBackend):
+        if isinstance(self.backend, DisabledBackend):
             # No result backend to hold the state: reject the message for good (RabbitMQ
             # dead-letters it when the queue has a dead-letter exchange).
             return Reject(pending.message(), requeue=False)

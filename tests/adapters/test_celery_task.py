@@ -34,6 +34,16 @@ def test_the_body_runs_under_the_task_ids_scope(app):
     assert CallScope.current() is None
 
 
+def test_a_direct_call_runs_the_body_without_a_scope(app):
+    """task(...) is a plain function call: no message, no task id, so no call scope."""
+
+    @app.task(base=EffectTask, name="t.direct")
+    def direct() -> object:
+        return CallScope.current()
+
+    assert direct() is None
+
+
 @pytest.mark.parametrize(
     ("error", "status"),
     [(EffectInProgress, EffectStatus.DISPATCHED), (EffectNotSent, EffectStatus.PREPARED)],
