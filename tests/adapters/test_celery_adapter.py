@@ -66,13 +66,13 @@ class Shop:
         self.client.conf.broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT}
         self.workers: list[subprocess.Popen[bytes]] = []
 
-    def start_worker(self, name: str) -> subprocess.Popen[bytes]:
-        """Start a solo-pool worker named ``name``, logging to ``<name>.log``."""
+    def start_worker(self, name: str, pool: str = "solo") -> subprocess.Popen[bytes]:
+        """Start a worker named ``name`` (solo, or prefork with two children), logging to a file."""
         with (self.directory / f"{name}.log").open("wb") as log:
             worker = subprocess.Popen(
             [
                 sys.executable, "-m", "celery", "-A", "tests.adapters.celery_shop", "worker",
-                "--pool", "solo", "--concurrency", "1", "-Q", self.queue, "-n", f"{name}@%h",
+                "--pool", pool, "--concurrency", "1" if pool == "solo" else "2", "-Q", self.queue, "-n", f"{name}@%h",
                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
             ],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -221,3 +221,23 @@ def test_without_a_result_backend_an_unconfirmed_effect_is_rejected_for_good(sho
     assert shop.status(operation) is EffectStatus.QUARANTINED
     # One run only: the task's warning (which names the operation) was logged once.
     assert log.read_text().count(f"celery task shop.charge_unprobed[{sent.id}]") == 1
+
+
+def test_a_prefork_child_killed_after_commit_is_requeued_and_commits_once(shop):
+    """Prefork: SIGKILL the child mid-task; reject_on_worker_lost requeues; one effect."""
+    sent = shop.send("shop.charge", "INV-5", 1500)
+    worker = shop.start_worker("prefork", pool="prefork")
+    marker = shop.directory / "committed"
+    _wait_for(marker, shop)
+    child = int(marker.read_text())
+    assert child != worker.pid
+    os.kill(child, signal.SIGKILL)
+    (shop.directory / "gate").touch()
+    try:
+        value = sent.get(timeout=30)
+    except Exception:
+        pytest.fail(f"the requeued task did not finish\n{shop.logs()}")
+    assert value["task_id"] == sent.id
+    assert shop.payments().committed() == 1
+    assert shop.status(f"capture:celery:shop.charge:{sent.id}") is EffectStatus.CONFIRMED
+    assert worker.poll() is None, "the worker itself survived its child"
