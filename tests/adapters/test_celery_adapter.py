@@ -72,7 +72,8 @@ class Shop:
             worker = subprocess.Popen(
             [
                 sys.executable, "-m", "celery", "-A", "tests.adapters.celery_shop", "worker",
-                "--pool", pool, "--concurrency", "1" if pool == "solo" else "2", "-Q", self.queue, "-n", f"{name}@%h",
+                "--pool", pool, "--concurrency", "1" if pool == "solo" else "2",
+                "-Q", self.queue, "-n", f"{name}@%h",
                 "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info",
             ],
             cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
