@@ -134,8 +134,8 @@ class EffectTask(Task):  # type: ignore[misc] # celery ships no type information
             # dead-letters it when the queue has a dead-letter exchange).
             return Reject(pending.message(), requeue=False)
         self.update_state(state=EFFECT_UNCONFIRMED, meta=pending.to_json())
-        # Ignore, not Reject: Celery 5.5+ records a Reject(requeue=False) as FAILURE over the
-        # state just stored, and a failure reads as "did not happen". Both end the message.
+        # Ignore, not Reject: recent Celery (5.7) records a Reject(requeue=False) as FAILURE over
+        # the state just stored, and a failure reads as "did not happen". Both end the message.
         return Ignore()
 
 
