@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "effectguard"
 MAP = ROOT / "docs" / "architecture.md"
 
-#: Agent frameworks: only their adapter (effectguard/adapters/) may import one.
-FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "agents", "mcp")
+#: Agent frameworks and engines: only their adapter (effectguard/adapters/) may import one.
+FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "agents", "mcp", "celery")
 
 
 def _modules() -> dict[str, Path]:

@@ -44,6 +44,7 @@ NEEDS_EXTRAS = {
         ("mcp", "mcp"),
     ],
     "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
+    "engines.md": [("celery", "celery")],
 }
 
 
@@ -103,6 +104,7 @@ def test_readme_and_every_document_are_covered():
 PUBLIC_MODULES = {
     "effectguard",
     "effectguard.adapters",
+    "effectguard.adapters.celery",
     "effectguard.adapters.langgraph",
     "effectguard.adapters.mcp",
     "effectguard.adapters.openai_agents",

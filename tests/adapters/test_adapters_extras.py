@@ -30,7 +30,16 @@ def test_the_langgraph_adapter_without_its_extra_names_the_extra(missing):
     assert "pip install 'effectguard[langgraph]'" in last
 
 
+def test_the_celery_adapter_without_its_extra_names_the_extra():
+    """ImportError naming effectguard[celery] when celery is missing."""
+    done = _import("effectguard.adapters.celery", ("celery",))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: effectguard.adapters.celery needs the 'celery' extra")
+    assert "pip install 'effectguard[celery]'" in last
+
+
 def test_the_adapters_package_imports_no_framework():
     """effectguard.adapters (the shared part) imports with every framework hidden."""
-    done = _import("effectguard.adapters", ("langgraph", "langchain_core", "pydantic_ai"))
+    done = _import("effectguard.adapters", ("langgraph", "langchain_core", "pydantic_ai", "celery"))
     assert done.returncode == 0, done.stderr
