@@ -1,10 +1,13 @@
-"""One process of the approval fault tests, for LangGraph or the OpenAI Agents SDK.
+"""One process of the approval fault tests, for LangGraph, the OpenAI Agents SDK, Pydantic AI or MCP.
 
 ``python approval_fault_child.py FRAMEWORK PHASE DIR LEDGER [OPTION]``, with
-FRAMEWORK ``lg`` or ``agents``, prints one JSON line. ``pause`` runs until the
-refund's approval pause; ``approve`` records a person's approval (LangGraph's
-``approve_pending``; the SDK's ``approve`` plus ``record_decisions``) and runs
-nothing; ``resume`` runs on. With ``race``, resume prints ``ready`` and waits
+FRAMEWORK ``lg``, ``agents``, ``pai`` or ``mcp``, prints one JSON line.
+``pause`` runs until the refund's approval pause (for MCP: the client's call
+comes back as the tool error carrying the approval); ``approve`` records a
+person's approval (LangGraph's ``approve_pending``; the SDK's ``approve`` plus
+``record_decisions``; Pydantic AI's ``record_approvals``; for MCP, which has no
+approval of its own, the ledger's ``approve``) and runs nothing; ``resume``
+runs on (for MCP: the client calls the tool again). With ``race``, resume prints ``ready`` and waits
 for DIR/go, and the refund is held half a second after the provider commits,
 so racing resumes find it in flight. With ``hold``, the refund, once the
 provider has committed, prints ``{"held": ...}`` and waits to be killed.
@@ -158,6 +161,78 @@ async def agents(phase: str, directory: Path, ledger: EffectLedger, option: str 
     }
 
 
+async def pydantic_ai(phase: str, directory: Path, ledger: EffectLedger, option: str | None) -> Any:
+    """One Pydantic AI phase; the history and the deferred requests are kept in DIR."""
+    from pydantic import TypeAdapter  # noqa: PLC0415 - only this framework needs it
+    from pydantic_ai import (  # noqa: PLC0415 - only this framework needs it
+        DeferredToolRequests,
+        DeferredToolResults,
+        ModelMessagesTypeAdapter,
+    )
+    from pydantic_ai.messages import ToolCallPart  # noqa: PLC0415 - only this framework
+    from pydantic_ai_support import ScriptedModel, agent  # noqa: PLC0415 - imports pydantic_ai
+
+    from effectguard.adapters.pydantic_ai import (  # noqa: PLC0415 - imports pydantic_ai
+        as_tool,
+        record_approvals,
+        settle_deferred,
+    )
+
+    refund = make_refund(directory, ledger, option)
+    script = ScriptedModel([ToolCallPart("refund", ARGUMENTS, tool_call_id="call-1")])
+    target = agent(script, [as_tool(refund)])
+    requests_type = TypeAdapter(DeferredToolRequests)
+    if phase == "pause":
+        paused = await target.run(user_prompt="Refund INV-9.")
+        (directory / "history.json").write_bytes(
+            ModelMessagesTypeAdapter.dump_json(paused.all_messages())
+        )
+        (directory / "requests.json").write_bytes(requests_type.dump_json(paused.output))
+        return {"deferred": len(paused.output.approvals)}
+    requests = requests_type.validate_json((directory / "requests.json").read_bytes())
+    if phase == "approve":
+        decision = DeferredToolResults(approvals={"call-1": True})
+        await asyncio.to_thread(record_approvals, requests, decision, [refund], **AUDIT)
+        record = ledger.get(OPERATION)
+        return {"status": None if record is None else record.status.value}
+    if option == "race":
+        await asyncio.to_thread(wait_for_go, directory)
+    results, waiting = await asyncio.to_thread(settle_deferred, requests, [refund])
+    history = ModelMessagesTypeAdapter.validate_json((directory / "history.json").read_bytes())
+    resumed = await target.run(message_history=history, deferred_tool_results=results)
+    return {
+        "final": resumed.output,
+        "waiting": [w.operation_id for w in waiting],
+        "sent": {call: content for call, content, _ in script.seen},
+    }
+
+
+async def mcp(phase: str, directory: Path, ledger: EffectLedger, option: str | None) -> Any:
+    """One MCP phase: a fresh server in this process and the SDK's client calling it once."""
+    from mcp import Client  # noqa: PLC0415 - only this framework needs the SDK
+    from mcp.server.mcpserver import MCPServer  # noqa: PLC0415 - only this framework
+
+    from effectguard.adapters.mcp import PENDING_META_KEY, register  # noqa: PLC0415 - imports mcp
+
+    refund = make_refund(directory, ledger, option)
+    if phase == "approve":
+        await asyncio.to_thread(ledger.approve, OPERATION, **AUDIT)
+        record = ledger.get(OPERATION)
+        return {"status": None if record is None else record.status.value}
+    server = MCPServer("refunds")
+    register(server, refund)
+    if option == "race":
+        await asyncio.to_thread(wait_for_go, directory)
+    async with Client(server) as client:
+        answered = await client.call_tool("refund", ARGUMENTS)
+    meta = answered.meta or {}
+    return {
+        "is_error": answered.is_error,
+        "kind": (meta.get(PENDING_META_KEY) or {}).get("kind"),
+        "output": answered.structured_content,
+    }
+
+
 def main(framework: str, phase: str, directory: Path, target: str, option: str | None) -> None:
     """Run the phase the command line names (see the module) and print its report."""
     ledger = open_ledger(target)
@@ -165,7 +240,8 @@ def main(framework: str, phase: str, directory: Path, target: str, option: str |
         if framework == "lg":
             reported = langgraph(phase, directory, ledger, option)
         else:
-            reported = asyncio.run(agents(phase, directory, ledger, option))
+            phases = {"agents": agents, "pai": pydantic_ai, "mcp": mcp}
+            reported = asyncio.run(phases[framework](phase, directory, ledger, option))
     finally:
         ledger.close()
     print(json.dumps(reported), flush=True)
