@@ -34,7 +34,12 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised by a subproce
 
 from effectguard._fingerprint import REDACTED
 from effectguard._model import EffectStatus
-from effectguard.console.attention import ATTENTION_STATUSES, awaiting_approval, needs_attention
+from effectguard.console.attention import (
+    ATTENTION_STATUSES,
+    approved_unsent,
+    awaiting_approval,
+    needs_attention,
+)
 from effectguard.console.guard import GuardMiddleware
 from effectguard.console.resolve import (
     ACTIONS,
@@ -47,7 +52,7 @@ from effectguard.console.resolve import (
 )
 from effectguard.console.security import AccessGuard
 from effectguard.errors import EffectGuardError
-from effectguard.ledger._resolution import os_user
+from effectguard.ledger._resolution import approval_expiry, os_user
 
 if TYPE_CHECKING:
     from effectguard._decorator import ToolIndex
@@ -150,11 +155,17 @@ class _Pages:
                 page=int(query.get("page", "1")),
                 page_size=self.settings.page_size,
             )
+            approved = approved_unsent(
+                self.settings.ledger,
+                contract=query.get("contract") or None,
+                limit=self.settings.page_size,
+            )
         except ValueError as exc:
             return self.problem(str(exc), 400)
         return self.render(
             "approvals.html",
             found=found,
+            approved=[(record, approval_expiry(record)) for record in approved],
             contract=query.get("contract", ""),
             now=datetime.now(UTC),
             page_link=lambda n: (

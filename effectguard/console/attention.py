@@ -16,7 +16,13 @@ if TYPE_CHECKING:
     from effectguard._model import OperationRecord
     from effectguard.ledger import EffectLedger
 
-__all__ = ["ATTENTION_STATUSES", "AttentionPage", "awaiting_approval", "needs_attention"]
+__all__ = [
+    "ATTENTION_STATUSES",
+    "AttentionPage",
+    "approved_unsent",
+    "awaiting_approval",
+    "needs_attention",
+]
 
 #: Statuses that wait on a person or on recovery. DISPATCHED counts only once its
 #: lease has expired or its owner is gone: a live dispatch is work in progress.
@@ -94,6 +100,31 @@ def awaiting_approval(
     )
     found = [record for record in listed if record.status is EffectStatus.AWAITING_APPROVAL]
     return _page(found, page=page, page_size=page_size, truncated=len(listed) >= SCAN_LIMIT)
+
+
+def approved_unsent(
+    ledger: EffectLedger, *, contract: str | None = None, limit: int = 50
+) -> tuple[OperationRecord, ...]:
+    """The approved requests no call has sent yet, oldest approval first, at most ``limit``.
+
+    An approval is spent by the next call with the same request; until then the
+    operation is PREPARED at attempt 0 with the approval's evidence (who, why,
+    until when). A person who approved something the agent never asked for
+    again sees it here; an expired one stays listed, marked by its expiry, until
+    a call finds it void.
+    """
+    listed = ledger.list_operations(
+        status=EffectStatus.PREPARED, contract=contract, limit=SCAN_LIMIT
+    )
+    found = [
+        record
+        for record in listed
+        if record.status is EffectStatus.PREPARED
+        and record.attempts == 0
+        and "approved_fingerprint" in record.evidence
+    ]
+    found.sort(key=lambda record: (record.updated_at, record.operation_id))
+    return tuple(found[:limit])
 
 
 def _page(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -107,8 +108,20 @@ def test_the_approvals_page_lists_only_requests_awaiting_approval(
     assert approval_operation("A1") in shown
     assert "&lt;script&gt;x&lt;/script&gt;" in shown
     assert "<script>" not in shown
+    waiting = shown[
+        shown.index('<table id="approvals"') : shown.index(
+            "</table>", shown.index('<table id="approvals"')
+        )
+    ]
     for absent in (approval_operation("OK"), approval_operation("A3"), operation_id("Q1")):
+        assert absent not in waiting, absent
+    for absent in (approval_operation("A3"), operation_id("Q1")):
         assert absent not in shown, absent
+    sent_later = shown[shown.index('<table id="approved"') :]
+    assert approval_operation("OK") in sent_later
+    assert approval_operation("A1") not in sent_later
+    assert 'data-label="Approved by">bob<' in sent_later
+    assert 'data-label="Expires (UTC)">never<' in sent_later
     assert shown.index(approval_operation("A1")) < shown.index("&lt;script&gt;")
     assert "payments.approved_capture v1" in shown
     assert "<dt>amount_cents</dt><dd><code>4200</code></dd>" in shown
@@ -194,9 +207,13 @@ def test_approve_through_the_form_then_one_call_sends_it_once(
     expires = datetime.fromisoformat(last.evidence["expires_at"])
     assert abs(expires - (datetime.now(UTC) + timedelta(hours=2))) < timedelta(minutes=1)
     assert captures.provider.committed() == 0  # the approval itself sends nothing
+    waiting = _main(client.get("/approvals").text)
+    assert f'data-label="Expires (UTC)">{expires:%Y-%m-%d %H:%M:%S}<' in waiting
+    assert 'data-label="Approved by">alice<' in waiting
 
     sent = captures.call(ledger, "A1")
     again = [captures.call(ledger, "A1") for _ in range(2)]
+    assert '<table id="approved"' not in client.get("/approvals").text  # spent: gone
 
     assert captures.provider.committed() == 1
     assert all(output == sent for output in again)
@@ -461,6 +478,29 @@ def test_an_approved_request_is_no_longer_listed(
     assert approval_operation("A1") in _main(client.get("/approvals").text)
     assert _decide(client, approval_operation("A1"), "approve").status_code == 303
     assert "No request awaits approval." in client.get("/approvals").text
+
+
+def test_an_approval_that_ran_out_is_shown_void_until_a_call_finds_it_so(
+    ledger: EffectLedger, console: Callable[..., TestClient]
+):
+    """Approved for a moment, never used: listed as void; the next call sends nothing."""
+    captures = awaiting_approval(ledger, "A1")
+    op = approval_operation("A1")
+    ledger.approve(op, actor="bob", reason="r", evidence_reference="e", expires_in=0.05)  # type: ignore[attr-defined]
+    time.sleep(0.1)
+    client = console()
+
+    shown = _main(client.get("/approvals").text)
+
+    approved = shown[shown.index('<table id="approved"') :]
+    assert op in approved
+    assert ": void</span>" in approved
+    with pytest.raises(EffectAwaitingApproval):
+        captures.call(ledger, "A1")
+    assert captures.provider.committed() == 0
+    again = _main(client.get("/approvals").text)
+    assert '<table id="approved"' not in again
+    assert op in again  # awaiting approval once more
 
 
 @pytest.mark.parametrize(
