@@ -453,6 +453,7 @@ class Call:
     """
 
     __slots__ = (
+        "_approval",
         "_pace",
         "_pacing",
         "arguments",
@@ -502,6 +503,7 @@ class Call:
         self.wait_seconds = wait_seconds
         self._pacing = pacing
         self._pace: Pace | None = None
+        self._approval: bool | None = None
         self.clock = clock
         self.started = time.monotonic()
         self.clock_started = None if clock is None else clock()
@@ -512,6 +514,20 @@ class Call:
         self.fingerprinted = fingerprinted
         #: Driven from an event loop (``execute_async``): its steps may be awaited there.
         self.on_loop = on_loop
+
+    def needs_approval(self) -> bool:
+        """Whether this new request must wait for a person's approval, asked of the contract once.
+
+        A predicate answers once per call, so one that is slow or not pure
+        cannot route a call one way and decide it another.
+        """
+        if self._approval is None:
+            contract = self.contract
+            self._approval = (
+                contract.requires_approval is not False
+                and contract.needs_approval(self.arguments)
+            )
+        return self._approval
 
     @property
     def pace(self) -> Pace:
@@ -831,8 +847,7 @@ class StateMachine:
         self, call: Call
     ) -> Generator[Step, Any, EffectResult[Any] | OperationRecord]:
         """Claim an operation no record was found for and work it; the record found if one won."""
-        contract = call.contract
-        if contract.requires_approval is not False and contract.needs_approval(call.arguments):
+        if call.needs_approval():
             return (yield from self._request_approval(call))
         token = _token()
         TOKENS.hold(token)
@@ -2047,8 +2062,7 @@ class EffectExecutor:
             if record.fingerprint == call.fingerprint and record.status.terminal:
                 return self._replayed(call, record, commits, unheard=unheard)
             return self._drive(call, states.reported(call, states.drive(call, record)))
-        contract = call.contract
-        if contract.requires_approval is not False and contract.needs_approval(call.arguments):
+        if call.needs_approval():
             return self._drive(call, states.reported(call, states.drive(call, None)))
         token = _token()
         TOKENS.hold(token)

@@ -232,6 +232,56 @@ def test_a_predicate_that_raises_records_nothing(ledger: EffectLedger) -> None:
     assert provider.committed() == 0
 
 
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("needed", [True, False])
+def test_a_predicate_is_asked_once_per_fresh_call(
+    ledger: EffectLedger, flavour: str, needed: bool
+) -> None:
+    """One answer routes and decides the call: a predicate that changes its mind cannot split them.
+
+    This predicate says ``needed`` the first time it is asked of a request and the
+    opposite after; asked twice, a call would be routed by one answer and decided
+    by the other.
+    """
+    provider = FakePaymentProvider(idempotency_guaranteed=False)
+    asked: list[dict[str, Any]] = []
+
+    def fickle(arguments: dict[str, Any]) -> bool:
+        asked.append(arguments)
+        return needed if len(asked) == 1 else not needed
+
+    def send(n: int, idempotency_key: str) -> dict[str, Any]:
+        return provider.capture(str(n), 1, idempotency_key=idempotency_key)
+
+    if flavour == "sync":
+
+        @effect(operation_id="f:{n}", idempotency_key="f:{n}", requires_approval=fickle)
+        def pay(n: int, *, idempotency_key: str) -> dict[str, Any]:
+            return send(n, idempotency_key)
+
+        call: Callable[[], Any] = lambda: pay(1)  # noqa: E731 - one line per flavour
+    else:
+
+        @effect(operation_id="f:{n}", idempotency_key="f:{n}", requires_approval=fickle)
+        async def apay(n: int, *, idempotency_key: str) -> dict[str, Any]:
+            return send(n, idempotency_key)
+
+        call = lambda: asyncio.run(apay(1))  # noqa: E731 - one line per flavour
+
+    with use_executor(EffectExecutor(ledger)):
+        if needed:
+            _awaiting(call)
+        else:
+            call()
+    assert len(asked) == 1
+    record = ledger.get("f:1")
+    assert record is not None
+    if needed:
+        assert (record.status, provider.committed()) == (EffectStatus.AWAITING_APPROVAL, 0)
+    else:
+        assert (record.status, provider.committed()) == (EffectStatus.CONFIRMED, 1)
+
+
 def test_the_async_path_waits_for_approval_too(ledger: EffectLedger) -> None:
     """An async tool: recorded and unsent, then one send after the approval."""
     provider = FakePaymentProvider(idempotency_guaranteed=False)
