@@ -4,9 +4,12 @@
 when the call raised instead of returning a result); ``effectguard.call.duration``
 is their duration in seconds, from before the first read to the result;
 ``effectguard.operations.awaiting_operator`` goes up when an executor
-quarantines an operation and down when an operator resolves one (from the
-``agent-effect-ops`` CLI when it has a meter). It is a sum of changes per
-process: summed over every process that reports it, it is the number awaiting.
+quarantines an operation or records a request awaiting a person's approval,
+and down when an operator resolves, approves or denies one (from the
+``agent-effect-ops`` CLI when it has a meter); its ``effectguard.status``
+attribute (``QUARANTINED`` or ``AWAITING_APPROVAL``) says which. It is a sum of
+changes per process: summed over every process that reports it, it is the
+number awaiting.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ from collections.abc import Mapping
 from opentelemetry import metrics
 
 from effectguard import __version__
+from effectguard._model import EffectStatus
 from effectguard.otel import names
 
-__all__ = ["Instruments"]
+__all__ = ["AWAITING_A_PERSON", "Instruments"]
+
+#: The statuses an operation waits in until a person acts on it.
+AWAITING_A_PERSON = frozenset({EffectStatus.QUARANTINED, EffectStatus.AWAITING_APPROVAL})
 
 # Bucket bounds (seconds) fit to a call that commits twice and calls a provider:
 # the SDK's default bounds start at 0 and step in whole seconds from 5 ms.
@@ -46,7 +53,9 @@ class Instruments:
         self._awaiting = meter.create_up_down_counter(
             names.AWAITING_OPERATOR,
             unit="{operation}",
-            description="Operations quarantined for an operator, less those an operator resolved",
+            description=(
+                "Operations quarantined or awaiting approval, less those an operator resolved"
+            ),
         )
 
     def call(self, seconds: float, attributes: _Attributes) -> None:
@@ -54,6 +63,6 @@ class Instruments:
         self._calls.add(1, attributes)
         self._duration.record(seconds, attributes)
 
-    def awaiting(self, change: int, contract: str) -> None:
-        """One more (+1) or one fewer (-1) operation of ``contract`` awaiting an operator."""
-        self._awaiting.add(change, {names.CONTRACT_NAME: contract})
+    def awaiting(self, change: int, contract: str, status: EffectStatus) -> None:
+        """One more (+1) or one fewer (-1) operation of ``contract`` waiting in ``status``."""
+        self._awaiting.add(change, {names.CONTRACT_NAME: contract, names.STATUS: status.value})

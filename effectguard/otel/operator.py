@@ -13,9 +13,9 @@ from __future__ import annotations
 from opentelemetry import metrics, trace
 
 from effectguard import __version__
-from effectguard._model import EffectEvent, EffectStatus
+from effectguard._model import EffectEvent
 from effectguard.otel import names
-from effectguard.otel.metrics import Instruments
+from effectguard.otel.metrics import AWAITING_A_PERSON, Instruments
 
 __all__ = ["configured", "record_operator_action"]
 
@@ -37,7 +37,8 @@ def record_operator_action(
 
     Attributes: the operation, its contract, the actor, the action (the event's
     type), the reason and evidence reference, and the statuses before and after;
-    one fewer operation awaiting an operator when it left QUARANTINED.
+    one fewer operation awaiting an operator when it left QUARANTINED or
+    AWAITING_APPROVAL.
     """
     evidence = event.evidence
     attributes: dict[str, str | int] = {
@@ -63,5 +64,5 @@ def record_operator_action(
         f"operator {event.type.value}", kind=trace.SpanKind.INTERNAL, attributes=attributes
     )
     span.end()
-    if event.from_status is EffectStatus.QUARANTINED:
-        Instruments(meter_provider).awaiting(-1, contract)
+    if event.from_status in AWAITING_A_PERSON:
+        Instruments(meter_provider).awaiting(-1, contract, event.from_status)

@@ -27,10 +27,9 @@ from opentelemetry import trace
 
 from effectguard import __version__
 from effectguard._executor import CallStart, Transition
-from effectguard._model import EffectStatus
 from effectguard._scope import CallScope
 from effectguard.otel import events, names
-from effectguard.otel.metrics import Instruments
+from effectguard.otel.metrics import AWAITING_A_PERSON, Instruments
 
 __all__ = ["EffectTelemetry"]
 
@@ -110,8 +109,8 @@ class EffectTelemetry:
         for name, attributes in events.events_of(transition):
             span.add_event(name, attributes)
         span.end()
-        if transition.to_status is EffectStatus.QUARANTINED:
-            self.instruments.awaiting(1, transition.contract)
+        if transition.to_status in AWAITING_A_PERSON:
+            self.instruments.awaiting(1, transition.contract, transition.to_status)
 
 
 class _CallTrace:
@@ -187,8 +186,8 @@ class _CallTrace:
                     self._overlap = overlap
             if transition.final:
                 self._result = transition
-            elif transition.to_status is EffectStatus.QUARANTINED:
-                self.owner.instruments.awaiting(1, transition.contract)
+            elif transition.to_status in AWAITING_A_PERSON:
+                self.owner.instruments.awaiting(1, transition.contract, transition.to_status)
             return True
 
     def __exit__(

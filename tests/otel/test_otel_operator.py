@@ -49,5 +49,7 @@ def test_an_operators_retry_from_the_cli_is_a_span_between_the_two_calls(tmp_pat
         "effectguard.attempt": 1,
     }
     assert retried["attributes"]["effectguard.status"] == "CONFIRMED"
-    assert report["awaiting"] == [[{"effectguard.contract.name": "payments.capture"}, 0]]
+    assert report["awaiting"] == [
+        [{"effectguard.contract.name": "payments.capture", "effectguard.status": "QUARANTINED"}, 0]
+    ]
     assert report["committed"] == 1

@@ -15,6 +15,7 @@ from support import ARGS, OPERATION, capture_contract, wait_until
 
 from effectguard import (
     ConfigurationError,
+    EffectAwaitingApproval,
     EffectExecutor,
     EffectRejected,
     EffectStatus,
@@ -192,13 +193,56 @@ def test_a_quarantine_is_an_error_and_one_operation_awaiting_an_operator(executo
         assert each.attributes["error.type"] == "effectguard.quarantined"
     assert span.status.description.startswith("QUARANTINED: ")
     assert telemetry.points("effectguard.operations.awaiting_operator") == [
-        ({"effectguard.contract.name": CONTRACT}, 1)
+        ({"effectguard.contract.name": CONTRACT, "effectguard.status": "QUARANTINED"}, 1)
     ]
     [(attributes, count)] = telemetry.points("effectguard.calls")
     assert attributes["effectguard.status"] == "QUARANTINED"
     assert attributes["error.type"] == "effectguard.quarantined"
     assert count == 1
     assert provider.requests == 1
+    assert provider.committed() == 1
+
+
+def test_a_request_awaiting_approval_awaits_a_person_until_one_approves_it(
+    executor, telemetry, ledger
+):
+    """Recorded AWAITING_APPROVAL: one awaiting a person; approved: none; then one send."""
+    provider = FakePaymentProvider(idempotency_guaranteed=False)
+
+    @effect(
+        name="billing.refund",
+        operation_id="refund:{invoice_id}",
+        idempotency_key="refund:{invoice_id}",
+        requires_approval=True,
+        executor=executor,
+    )
+    def refund(invoice_id: str, *, idempotency_key: str) -> dict:
+        return provider.capture(invoice_id, -500, idempotency_key=idempotency_key)
+
+    with pytest.raises(EffectAwaitingApproval):
+        refund("INV-9")
+    with pytest.raises(EffectAwaitingApproval):
+        refund("INV-9")  # asked again: nothing changes, nothing more awaits
+    waiting = {
+        "effectguard.contract.name": "billing.refund",
+        "effectguard.status": "AWAITING_APPROVAL",
+    }
+    assert telemetry.points("effectguard.operations.awaiting_operator") == [(waiting, 1)]
+    assert provider.committed() == 0
+
+    ledger.approve("refund:INV-9", actor="ana", reason="checked", evidence_reference="T-2")
+    from effectguard.otel.operator import record_operator_action  # noqa: PLC0415 - needs the extra
+
+    record_operator_action(
+        ledger.events("refund:INV-9")[-1],
+        "billing.refund",
+        tracer_provider=telemetry.tracer_provider,
+        meter_provider=telemetry.meter_provider,
+    )
+    assert telemetry.points("effectguard.operations.awaiting_operator") == [(waiting, 0)]
+    refund("INV-9")
+    refund("INV-9")
+    assert telemetry.points("effectguard.operations.awaiting_operator") == [(waiting, 0)]
     assert provider.committed() == 1
 
 
