@@ -2,15 +2,19 @@
 
 :func:`configure` installs the executor every decorated tool uses when none
 is given to it or lent by a runtime (:func:`effectguard.use_executor`); it
-can turn telemetry on and start a recovery sweep. It sits above the
-integrations it may start (telemetry, the operator's recovery), which the
-decorator below it never imports.
+can turn telemetry on and start a recovery sweep, and
+:func:`trace_resolution` makes an operator's resolution (from the CLI or the
+console) a span when the process traces. It sits above the integrations it
+may start (telemetry, the operator's recovery), which the decorator below it
+never imports.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
@@ -25,11 +29,13 @@ from effectguard._executor._machine import (
     EffectExecutor,
 )
 from effectguard._executor._observe import Transition, observing
-from effectguard._model import EffectResult
+from effectguard._model import EffectEvent, EffectResult, OperationRecord
 from effectguard.errors import ConfigurationError, InternalError
 from effectguard.ledger import EffectLedger, open_ledger
 
-__all__ = ["Configuration", "configure", "observe_effects"]
+__all__ = ["Configuration", "configure", "observe_effects", "trace_resolution"]
+
+logger = logging.getLogger("effectguard.telemetry")
 
 _lock = threading.Lock()
 #: How long restoring a configuration waits for its start-up recovery sweep to stop.
@@ -200,6 +206,28 @@ def _instrument(executor: EffectExecutor, *, owns_ledger: bool) -> Any:
         if owns_ledger:
             executor.ledger.close()
         raise
+
+
+def trace_resolution(record: OperationRecord, event: EffectEvent) -> None:
+    """Emit the span of an operator's resolution ``event`` of ``record``, if the process traces.
+
+    Nothing here imports OpenTelemetry: only when it is already loaded (by
+    ``opentelemetry-instrument``, or by an application running the CLI or the
+    console in-process) and a tracer provider is installed does the resolution
+    become a span (:mod:`effectguard.otel.operator`). Telemetry never changes a
+    resolution's outcome: a failure to emit is logged, and the resolution stands.
+    """
+    if "opentelemetry.trace" not in sys.modules:
+        return
+    try:
+        from effectguard.otel import operator  # noqa: PLC0415 - only when OpenTelemetry is loaded
+
+        if operator.configured():
+            operator.record_operator_action(event, record.contract)
+    except Exception:  # telemetry must not turn a recorded resolution into a failure
+        logger.warning(
+            "could not emit the span of %s on %s", event.type, record.operation_id, exc_info=True
+        )
 
 
 def _start_recovery(configuration: Configuration, tools: str | Sequence[object] | None) -> None:

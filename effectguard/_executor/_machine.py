@@ -523,9 +523,8 @@ class Call:
         """
         if self._approval is None:
             contract = self.contract
-            self._approval = (
-                contract.requires_approval is not False
-                and contract.needs_approval(self.arguments)
+            self._approval = contract.requires_approval is not False and contract.needs_approval(
+                self.arguments
             )
         return self._approval
 

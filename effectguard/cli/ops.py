@@ -228,7 +228,7 @@ def _resolve(
     with refusals():
         event = ledger.events(operation_id)[-1]
     recorder = f"{event.evidence.get('os_user')} on {event.evidence.get('host')}"
-    from effectguard.cli._ops_telemetry import trace_resolution  # noqa: PLC0415 - keeps --help cheap
+    from effectguard._configure import trace_resolution  # noqa: PLC0415 - keeps --help cheap
 
     trace_resolution(done.after, event)  # a span, when the process has a tracer
     verb = {

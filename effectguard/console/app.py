@@ -32,6 +32,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised by a subproce
     )
     raise ImportError(msg) from exc
 
+from effectguard._configure import trace_resolution
 from effectguard._fingerprint import REDACTED
 from effectguard._model import EffectStatus
 from effectguard.console.attention import (
@@ -262,6 +263,7 @@ class _Pages:
                 action="/resolve",
                 approval=done.action in APPROVAL_ACTIONS,
             )
+        trace_resolution(done.after, self.settings.ledger.events(done.after.operation_id)[-1])
         target = "/operation?" + urlencode({"id": done.after.operation_id, "done": done.action})
         return RedirectResponse(target, status_code=303)
 

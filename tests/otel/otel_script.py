@@ -1,7 +1,8 @@
 """A fresh interpreter running effects and the operator CLI, for the import and CLI tests.
 
 The script quarantines a capture (no probe, failed before commit), lets an
-operator authorize a retry through ``agent-effect-ops`` in-process, calls
+operator authorize a retry through ``agent-effect-ops`` in-process (or, in
+mode ``console``, through the operator console's form), calls
 again (the retry confirms), and prints a JSON report: what the provider
 committed, which ``opentelemetry`` modules were loaded, and, when asked, the
 spans and metric points an in-memory SDK received.
@@ -28,7 +29,8 @@ _SCRIPT = textwrap.dedent(
     ledger, mode = sys.argv[1], sys.argv[2]
     if mode == "absent":
         sys.meta_path.insert(0, Absent())
-    if mode == "traced":
+    traced = mode in ("traced", "console")
+    if traced:
         from opentelemetry import metrics, trace
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -52,7 +54,7 @@ _SCRIPT = textwrap.dedent(
         idempotency_guaranteed=False, faults=FaultPlan([Fault.FAIL_BEFORE_COMMIT])
     )
     report = {}
-    with effectguard.configure(ledger, telemetry=mode == "traced"):
+    with effectguard.configure(ledger, telemetry=traced):
 
         @effectguard.effect(operation_id="invoice:{invoice_id}", name="payments.capture")
         def capture(invoice_id: str, amount_cents: int) -> dict:
@@ -62,15 +64,36 @@ _SCRIPT = textwrap.dedent(
             capture("INV-1", 100)
         except effectguard.EffectQuarantined:
             report["quarantined"] = True
-        main(
-            ["--db", ledger, "authorize-retry", "invoice:INV-1", "--actor", "ana",
-             "--reason", "provider says no capture", "--evidence-reference", "T-1"],
-            standalone_mode=False,
-        )
+        if mode == "console":
+            import re
+            from starlette.testclient import TestClient
+            from effectguard.console import ConsoleSettings, create_app
+            from effectguard.console.security import COOKIE
+
+            with effectguard.open_ledger(ledger) as opened:
+                settings = ConsoleSettings(ledger=opened, token="t" * 32, actor="ana")
+                with TestClient(create_app(settings), follow_redirects=False) as client:
+                    client.cookies.set(COOKIE, "t" * 32)
+                    page = client.get("/operation", params={"id": "invoice:INV-1"}).text
+                    form = dict(re.findall(
+                        r'name="(csrf|expect_events|expect_head)" value="([0-9a-f]+)"', page
+                    ))
+                    posted = client.post("/resolve", data={
+                        **form, "operation_id": "invoice:INV-1", "action": "authorize-retry",
+                        "reason": "provider says no capture", "evidence_reference": "T-1",
+                        "submit": "apply",
+                    })
+                    report["posted"] = posted.status_code
+        else:
+            main(
+                ["--db", ledger, "authorize-retry", "invoice:INV-1", "--actor", "ana",
+                 "--reason", "provider says no capture", "--evidence-reference", "T-1"],
+                standalone_mode=False,
+            )
         report["output"] = capture("INV-1", 100)
     report["committed"] = provider.committed()
     report["loaded"] = sorted(m for m in sys.modules if m.split(".")[0] == "opentelemetry")
-    if mode == "traced":
+    if traced:
         report["spans"] = [
             {
                 "name": span.name,
@@ -102,7 +125,7 @@ _SCRIPT = textwrap.dedent(
 
 
 def run_script(tmp_path: Path, mode: str) -> dict:
-    """Run the script in ``mode`` (absent, installed, traced); return its report."""
+    """Run the script in ``mode`` (absent, installed, traced, console); return its report."""
     script = tmp_path / "run.py"
     script.write_text(_SCRIPT, encoding="utf-8")
     done = subprocess.run(

@@ -53,3 +53,18 @@ def test_an_operators_retry_from_the_cli_is_a_span_between_the_two_calls(tmp_pat
         [{"effectguard.contract.name": "payments.capture", "effectguard.status": "QUARANTINED"}, 0]
     ]
     assert report["committed"] == 1
+
+
+def test_an_operators_retry_from_the_console_is_a_span_too(tmp_path):
+    """The same human step through the console's form: the same span, the counter back to 0."""
+    import_extra("starlette", "console")
+    report = run_script(tmp_path, "console")
+    assert report["posted"] == 303
+    [operator] = [s for s in report["spans"] if s["name"].startswith("operator ")]
+    assert operator["name"] == "operator operator_retry_authorized"
+    assert operator["attributes"]["effectguard.operator.actor"] == "ana"
+    assert operator["attributes"]["effectguard.from_status"] == "QUARANTINED"
+    assert report["awaiting"] == [
+        [{"effectguard.contract.name": "payments.capture", "effectguard.status": "QUARANTINED"}, 0]
+    ]
+    assert report["committed"] == 1
