@@ -633,11 +633,23 @@ def _awaiting_record(
     return record
 
 
+#: Told apart from a ``None`` context: the attribute itself is absent.
+_MISSING = object()
+
+
 def _interruptions(given: Any) -> tuple[list[Any], RunContextWrapper[Any]]:
     """A run result's or a ``RunState``'s interruptions, and the run context they belong to."""
     if isinstance(given, RunState):
         # RunState keeps its context private; the decisions of RunState.approve live there.
-        context = given._context  # noqa: SLF001 - RunState has no public accessor in 0.24
+        # Read defensively: a release that renames it is a clear error, never a wrong answer.
+        context = getattr(given, "_context", _MISSING)
+        if context is _MISSING or not (context is None or isinstance(context, RunContextWrapper)):
+            msg = (
+                "this openai-agents release keeps a RunState's run context where effectguard "
+                "does not look (RunState._context): pass the run result instead of its state, "
+                "or use the openai-agents version pyproject.toml allows; nothing was written"
+            )
+            raise ConfigurationError(msg)
         if context is None:
             msg = "the RunState has no run context: it holds no interruptions to decide"
             raise ConfigurationError(msg)

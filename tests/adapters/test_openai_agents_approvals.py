@@ -22,7 +22,7 @@ from approval_shop import ARGUMENTS, AUDIT, OPERATION, Refunds, open_refunds
 from extras_support import import_extra
 from fault_children import ops
 
-from effectguard import EffectStatus, EventType, OperationConflictError
+from effectguard import ConfigurationError, EffectStatus, EventType, OperationConflictError
 from effectguard._scope import CallScope
 from effectguard.adapters import ApprovalRequest
 from effectguard.adapters._approval import record_decision
@@ -135,6 +135,23 @@ def test_an_sdk_approval_recorded_in_the_ledger_sends_once_then_replays(refunds)
     assert replay.interruptions == []
     assert json.loads(again.tool_outputs()["call-2"]) == sent
     assert refunds.provider.committed() == 1
+
+
+def test_a_run_state_whose_context_moved_is_a_clear_error_and_writes_nothing(refunds):
+    """The SDK keeps a RunState's context private; where it is not found, nothing is guessed."""
+    _, _, result = paused_run(refunds, [say("Refunded INV-9.")])
+    state = result.to_state()
+    (item,) = state.get_interruptions()
+    state.approve(item)
+    before = refunds.ledger.events(OPERATION)
+    state._context = "renamed in a later release"  # what a renamed field looks like
+
+    with pytest.raises(ConfigurationError, match=r"RunState\._context") as raised:
+        record_decisions(state, **AUDIT)
+
+    assert "nothing was written" in str(raised.value)
+    assert refunds.ledger.events(OPERATION) == before
+    assert refunds.provider.committed() == 0
 
 
 def test_an_approval_only_in_the_run_state_sends_nothing(refunds, kind):
