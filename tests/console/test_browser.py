@@ -447,6 +447,10 @@ def _operator_approves(browser: Any, url: str, screenshots: Path) -> None:
     browser.save_screenshot(str(screenshots / "approved.png"))
     _go(browser, browser.find_element(By.LINK_TEXT, "Needs approval"))
     assert browser.find_element(By.ID, "empty").text == "No request awaits approval."
+    approved = browser.find_element(By.ID, "approved").text  # approved, not yet sent
+    assert approval_operation(APPROVAL_INVOICE) in approved
+    assert "alice" in approved
+    browser.save_screenshot(str(screenshots / "approved-not-yet-sent.png"))
 
 
 def test_an_operator_approves_a_held_capture_in_the_browser_and_the_next_call_sends_it_once(
