@@ -120,21 +120,28 @@ _WAITING = frozenset(
 
 
 class EffectStillPending(RuntimeStateError):
-    """A paused call was resumed, and the ledger still does not let it go on; nothing was sent.
+    """A paused call was resumed, and the ledger still does not let it complete.
 
     Raised out of ``runner.run_async`` by the tool ADK re-ran: the operation
     is QUARANTINED (an operator must resolve it), a request still awaits a
-    person's approval, or another worker is dispatching it. ADK records no
+    person's approval, or another worker is dispatching it. ``sent`` says
+    whether this resume sent anything (only an operator's authorized retry
+    can: the retry's outcome was not confirmed either). ADK records no
     response for the call, so the pause stays open: answer the same
     confirmation again (:func:`settle_confirmations`) once
     :attr:`effect`'s ``operator_command`` has been run.
     """
 
-    def __init__(self, effect: PendingEffect) -> None:
+    def __init__(self, effect: PendingEffect, *, sent: bool = False) -> None:
         self.effect = effect
+        self.sent = sent
+        what = (
+            "This resume sent the authorized retry, whose outcome is not confirmed either."
+            if sent
+            else "Nothing was sent."
+        )
         super().__init__(
-            f"{effect.message()} The ADK pause stays open; nothing was sent. "
-            "Resume again once it is resolved."
+            f"{effect.message()} {what} The ADK pause stays open: resume again once it is resolved."
         )
 
 
@@ -250,14 +257,15 @@ class EffectTool(BaseTool):
         pending = _pending(self.effect, record, tool=self.name, scope=scope)
         outcome = await resume_effect_async(self.effect, arguments, pending=pending, scope=scope)
         if isinstance(outcome, Pending):
+            sent = outcome.effect.attempts > record.attempts
             logger.warning(
-                "tool %s (call %s): resumed, operation %s is still %s; nothing was sent",
+                "tool %s (call %s): resumed, operation %s is still %s; the pause stays open",
                 self.name,
                 scope.call_id,
                 outcome.effect.operation_id,
                 outcome.effect.status.value,
             )
-            raise EffectStillPending(outcome.effect)
+            raise EffectStillPending(outcome.effect, sent=sent)
         return await self._answer(outcome, arguments, scope, tool_context)
 
     def _declined(self, record: OperationRecord) -> Any:

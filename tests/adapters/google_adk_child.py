@@ -1,8 +1,9 @@
 """One process of the Google ADK restart test: run until paused, or settle and resume.
 
-``python google_adk_child.py start DIR`` runs the shop agent on a session kept
+``python google_adk_child.py start DIR [hang]`` runs the shop agent on a session kept
 in DIR/sessions.db (ADK's SqliteSessionService) until the capture, whose
-acknowledgement is lost, pauses on ADK's confirmation. ``resume DIR`` reads
+acknowledgement is lost, pauses on ADK's confirmation (and, with ``hang``,
+then waits to be killed). ``resume DIR`` reads
 that session back in a new process, settles its paused calls against the
 ledger and, when none waits, resumes them. Each prints one JSON line.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,3 +50,5 @@ async def main(command: str, workdir: Path) -> dict[str, Any]:
 
 if __name__ == "__main__":
     print(json.dumps(asyncio.run(main(sys.argv[1], Path(sys.argv[2])))), flush=True)
+    if sys.argv[3:] == ["hang"]:
+        time.sleep(600)  # paused; the parent kills this process now

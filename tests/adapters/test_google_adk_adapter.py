@@ -8,15 +8,23 @@ committed, never what the adapter reports.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from effect_shop import CAPTURE_OPERATION, confirm_with_cli, open_shop
 from extras_support import import_extra
-from fault_children import report
+from fault_children import kill_after_report, report
 
-from effectguard import INJECTED, EffectExecutor, EffectRejected, EffectStatus, effect
+from effectguard import (
+    INJECTED,
+    EffectExecutor,
+    EffectRejected,
+    EffectStatus,
+    SQLiteEffectLedger,
+    effect,
+)
 from effectguard.testkit import Fault
 
 import_extra("google.adk", "google-adk")
@@ -104,6 +112,55 @@ def test_two_identical_calls_in_one_turn_capture_once(tmp_path, kind):
     assert first == second
     assert first["invoice_id"] == "INV-7"
     assert events[-1].content.parts[0].text == "Captured."
+    shop.close()
+
+
+class _PeerSeenLedger(SQLiteEffectLedger):
+    """A real SQLite ledger that notes when a reader finds an operation DISPATCHED."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.peer_read = threading.Event()
+
+    def get(self, operation_id: str, *, now: float | None = None) -> Any:
+        """See :meth:`EffectLedger.get`; sets :attr:`peer_read` on a DISPATCHED record."""
+        record = super().get(operation_id, now=now)
+        if record is not None and record.status is EffectStatus.DISPATCHED:
+            self.peer_read.set()
+        return record
+
+
+def test_the_second_of_two_concurrent_calls_waits_for_the_first_and_shares_its_capture(tmp_path):
+    """The capture is held until the twin call has found it in flight: still one capture."""
+    shop = open_shop(tmp_path)
+    ledger = _PeerSeenLedger(tmp_path / "gated.db")
+
+    @effect(operation_id="invoice:{invoice_id}:capture", executor=EffectExecutor(ledger))
+    def capture(invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED) -> dict:
+        """Capture the payment of an invoice.
+
+        Args:
+            invoice_id: The invoice to capture.
+            amount_cents: The amount, in cents.
+            idempotency_key: Supplied by the executor.
+        """
+        assert ledger.peer_read.wait(30), "the twin call never found the capture in flight"
+        return shop.payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+    model = ScriptedLlm(
+        turns=[[call("capture", I7, "fc-1"), call("capture", I7, "fc-2")], [say("Captured.")]]
+    )
+    runner = shop_runner(model, [as_tool(capture)], InMemorySessionService())
+
+    async def scenario() -> None:
+        await run(runner, await _new_session(runner), "Capture INV-7.")
+
+    asyncio.run(scenario())
+    assert ledger.peer_read.is_set()
+    assert shop.payments.committed() == 1
+    first, second = model.read()
+    assert first == second
+    ledger.close()
     shop.close()
 
 
@@ -274,6 +331,51 @@ def test_a_restart_in_a_new_process_resumes_the_paused_call_with_one_capture(tmp
     assert done["read"][-1] == shop.payments.effects()[0]["response"]
     assert shop.payments.committed() == 1
     assert shop.payments.attempts() == 1
+    shop.close()
+
+
+@pytest.mark.slow
+def test_a_process_killed_while_paused_is_resumed_by_another_with_one_capture(tmp_path):
+    """SIGKILL the paused process; the next one still waits; after confirm, one capture."""
+    started = kill_after_report(CHILD, "start", str(tmp_path), "hang")
+    assert [p["status"] for p in started["waiting"]] == ["QUARANTINED"]
+    shop = open_shop(tmp_path)
+    assert [p["status"] for p in _child("resume", tmp_path)["waiting"]] == ["QUARANTINED"]
+    assert shop.payments.attempts() == 1
+
+    confirm_with_cli(shop.ledger_path, OPERATION, shop.payments.effects()[0]["response"])
+    assert _child("resume", tmp_path)["final"] == "Captured INV-7."
+    assert _child("resume", tmp_path) == {"waiting": []}  # resumed once: nothing left paused
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 1
+    shop.close()
+
+
+def test_an_authorized_retry_that_loses_its_ack_again_stays_paused_and_says_it_sent(tmp_path):
+    """The retry is sent once and its ack lost too: still paused, and the error says it sent."""
+    shop = open_shop(tmp_path, payment_faults=[Fault.FAIL_BEFORE_COMMIT, Fault.LOSE_ACK])
+    model = ScriptedLlm(turns=[[call("capture", I7, "fc-1")], [say("Captured.")]])
+    tool = as_tool(shop.capture)
+    runner = shop_runner(model, [tool], InMemorySessionService())
+
+    async def scenario() -> None:
+        session_id = await _new_session(runner)
+        [request] = _confirmation_calls(await run(runner, session_id, "Capture INV-7."))
+        shop.ledger.authorize_retry(
+            OPERATION, actor="oncall", reason="not at the provider", evidence_reference="T-2"
+        )
+        with pytest.raises(EffectStillPending) as raised:
+            await run(runner, session_id, confirmation(request.id, confirmed=True))
+        assert raised.value.sent
+        assert "sent the authorized retry" in str(raised.value)
+        # Answering again before the operator acts sends nothing more.
+        with pytest.raises(EffectStillPending) as again:
+            await run(runner, session_id, confirmation(request.id, confirmed=True))
+        assert not again.value.sent
+
+    asyncio.run(scenario())
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 2
     shop.close()
 
 
