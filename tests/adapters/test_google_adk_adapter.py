@@ -195,6 +195,45 @@ def test_a_rejected_capture_reaches_the_model_as_an_error_that_invites_no_retry(
     shop.close()
 
 
+def test_a_conflicting_request_is_an_error_that_invites_no_retry_and_sends_nothing(tmp_path):
+    """The same invoice with another amount is a conflict: the model is told not to retry."""
+    shop = open_shop(tmp_path)
+    other = {"invoice_id": "INV-7", "amount_cents": 900}
+    model = ScriptedLlm(
+        turns=[[call("capture", I7, "fc-1")], [say("Captured.")], [call("capture", other, "fc-2")]]
+    )
+    runner = shop_runner(model, [as_tool(shop.capture)], InMemorySessionService())
+
+    async def scenario() -> None:
+        session_id = await _new_session(runner)
+        await run(runner, session_id, "Capture INV-7.")
+        await run(runner, session_id, "Capture INV-7 for 9.00 instead.")
+
+    asyncio.run(scenario())
+    conflict = model.read()[-1]["error"]
+    assert "do not retry" in conflict
+    assert OPERATION in conflict
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 1
+    shop.close()
+
+
+def test_arguments_that_do_not_fit_the_schema_record_and_send_nothing(tmp_path):
+    """A missing amount: the model reads the validation error; the ledger holds nothing."""
+    shop = open_shop(tmp_path)
+    model = ScriptedLlm(turns=[[call("capture", {"invoice_id": "INV-7"}, "fc-1")]])
+    runner = shop_runner(model, [as_tool(shop.capture)], InMemorySessionService())
+
+    async def scenario() -> None:
+        await run(runner, await _new_session(runner), "Capture INV-7.")
+
+    asyncio.run(scenario())
+    assert "amount_cents" in model.read()[-1]["error"]
+    assert shop.ledger.get(OPERATION) is None
+    assert shop.payments.attempts() == 0
+    shop.close()
+
+
 def test_a_lost_ack_pauses_on_adk_confirmation_and_the_model_never_reads_it(tmp_path, kind):
     """The capture committed, its ack was lost: QUARANTINED, ADK's confirmation pause, no text."""
     shop = open_shop(tmp_path, kind=kind, payment_faults=[Fault.LOSE_ACK])

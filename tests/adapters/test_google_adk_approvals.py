@@ -44,9 +44,9 @@ from effectguard.adapters.google_adk import (  # noqa: E402 - imports google.adk
 
 
 @pytest.fixture(params=["sync", "async"])
-def refunds(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    """The refund tool over a SQLite ledger, sync and async."""
-    made = open_refunds(tmp_path, str(tmp_path / "ledger.db"), kind=str(request.param))
+def refunds(request: pytest.FixtureRequest, tmp_path: Path, ledger_target: str) -> Any:
+    """The refund tool, sync and async, over each ledger backend (SQLite, PostgreSQL)."""
+    made = open_refunds(tmp_path, ledger_target, kind=str(request.param))
     yield made
     made.close()
 
