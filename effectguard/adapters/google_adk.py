@@ -49,6 +49,7 @@ the tool send.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -334,8 +335,6 @@ def as_tool(fn: Any, *, name: str | None = None, description: str | None = None)
 
 
 async def _in_thread(func: Any, /, *args: Any) -> Any:
-    import asyncio  # noqa: PLC0415 - only the async paths need it
-
     return await asyncio.to_thread(func, *args)
 
 
