@@ -39,7 +39,20 @@ def test_the_celery_adapter_without_its_extra_names_the_extra():
     assert "pip install 'effectguard[celery]'" in last
 
 
+def test_the_google_adk_adapter_without_its_extra_names_the_extra():
+    """ImportError naming effectguard[google-adk] when google.adk is missing."""
+    done = _import("effectguard.adapters.google_adk", ("google.adk",))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ImportError: effectguard.adapters.google_adk needs the 'google-adk' extra"
+    )
+    assert "pip install 'effectguard[google-adk]'" in last
+
+
 def test_the_adapters_package_imports_no_framework():
     """effectguard.adapters (the shared part) imports with every framework hidden."""
-    done = _import("effectguard.adapters", ("langgraph", "langchain_core", "pydantic_ai", "celery"))
+    done = _import(
+        "effectguard.adapters", ("langgraph", "langchain_core", "pydantic_ai", "celery", "google")
+    )
     assert done.returncode == 0, done.stderr
