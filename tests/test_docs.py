@@ -44,7 +44,7 @@ NEEDS_EXTRAS = {
         ("mcp", "mcp"),
     ],
     "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
-    "engines.md": [("celery", "celery")],
+    "engines.md": [("celery", "celery"), ("temporalio", "temporal")],
 }
 
 
@@ -109,6 +109,7 @@ PUBLIC_MODULES = {
     "effectguard.adapters.mcp",
     "effectguard.adapters.openai_agents",
     "effectguard.adapters.pydantic_ai",
+    "effectguard.adapters.temporal",
     "benchmarks",
     "effectguard.errors",
     "effectguard.ledger",
