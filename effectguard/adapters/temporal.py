@@ -114,8 +114,11 @@ def activity_scope(info: temporalio.activity.Info) -> tuple[str, str]:
     id and is ``("temporal:<namespace>:activity", "<activity id>")``. Neither
     the attempt nor the workflow's run id is part of it.
     """
+    # ``namespace`` is the activity's own (temporalio 1.2x added it, with standalone
+    # activities); older releases have only the workflow's, which is the same namespace.
+    namespace = getattr(info, "namespace", None) or info.workflow_namespace
     owner = info.workflow_id or "activity"
-    return f"temporal:{info.namespace}:{owner}", info.activity_id
+    return f"temporal:{namespace}:{owner}", info.activity_id
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
