@@ -33,6 +33,8 @@ temporalio = import_extra("temporalio", "temporal")
 from fault_children import confirm  # noqa: E402 - after the extra's check
 from temporal_shop import Shop, attempt, drive  # noqa: E402 - ditto
 from temporalio import activity  # noqa: E402 - ditto
+from temporalio.api.failure.v1 import Failure  # noqa: E402 - ditto
+from temporalio.converter import DataConverter  # noqa: E402 - ditto
 from temporalio.exceptions import ApplicationError  # noqa: E402 - ditto
 from temporalio.testing import ActivityEnvironment  # noqa: E402 - ditto
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput  # noqa: E402 - ditto
@@ -300,6 +302,36 @@ def test_the_retry_delay_doubles_with_the_attempt_up_to_its_maximum(make_shop):
         assert ceiling / 2 <= seconds <= ceiling
     assert shop.payments.accepted() == 1  # still pending at the provider, and sent once
     assert shop.payments.requests == 1
+
+
+def test_what_the_worker_sends_the_server_keeps_the_flags_and_the_payload(make_shop):
+    """The SDK's failure converter (what a worker sends) keeps type, non_retryable, the delay."""
+    shop = make_shop(faults=FaultPlan({1: Fault.PENDING}, pending_probes=9))
+    with pytest.raises(ApplicationError) as quarantined:
+        attempt(shop.charge_unprobed, "INV-13", 100)
+    with pytest.raises(ApplicationError) as unknown:
+        attempt(shop.charge, "INV-13", 100, activity_id="2")
+
+    async def round_trip(error: ApplicationError) -> tuple[Any, Any]:
+        converter = DataConverter.default
+        failure = Failure()
+        await converter.encode_failure(error, failure)
+        return failure.application_failure_info, await converter.decode_failure(failure)
+
+    sent, received = asyncio.run(round_trip(quarantined.value))
+    assert (sent.type, sent.non_retryable) == ("EffectQuarantined", True)
+    assert isinstance(received, ApplicationError)
+    assert received.non_retryable
+    pending = PendingEffect.from_json(received.details[0])
+    assert pending.operation_id == "capture-unprobed:temporal:default:order-42:1"
+    assert pending.status is EffectStatus.QUARANTINED
+    assert "agent-effect-ops" in received.message
+
+    sent, received = asyncio.run(round_trip(unknown.value))
+    assert (sent.type, sent.non_retryable) == ("EffectOutcomeUnknown", False)
+    assert sent.HasField("next_retry_delay")
+    assert received.next_retry_delay == unknown.value.next_retry_delay
+    assert shop.payments.requests == 2
 
 
 # -- a worker lost mid-activity -----------------------------------------------------------
