@@ -45,6 +45,7 @@ import functools
 import inspect
 import logging
 import random
+import shlex
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, TypeVar, overload
@@ -173,7 +174,11 @@ def _refusal(error: BaseException, info: temporalio.activity.Info) -> Applicatio
     """The non-retryable error for an outcome a retry cannot change; None for any other."""
     operation = _operation_of(error)
     where = f"activity {info.activity_type} ({info.activity_id}, attempt {info.attempt})"
-    show = f"`agent-effect-ops --db LEDGER show {operation}` shows what is recorded"
+    show = (
+        "the activity raised it outside an @effect tool, so nothing is recorded"
+        if operation is None
+        else f"`agent-effect-ops --db LEDGER show {shlex.quote(operation)}` shows what is recorded"
+    )
     details: dict[str, Any] = {"operation_id": operation, "error": type(error).__name__}
     if isinstance(error, (EffectQuarantined, EffectAwaitingApproval)):
         message = f"{where}: {error}. Retrying the activity changes nothing until then"
