@@ -1,9 +1,10 @@
 """One attempt of the ``charge`` activity in a process of its own (the worker that runs it).
 
-``python temporal_child.py LEDGER DIRECTORY ATTEMPT RUN_ID [hold]``: runs the
-attempt under ``ActivityEnvironment`` with the shop of :mod:`temporal_shop`,
-whose provider file is ``DIRECTORY/payments.db``. With ``hold`` the capture
-waits, after the provider committed, for the parent to SIGKILL this process.
+``python temporal_child.py LEDGER DIRECTORY ATTEMPT RUN_ID [kill|gate]``: runs
+the attempt under ``ActivityEnvironment`` with the shop of :mod:`temporal_shop`,
+whose provider file is ``DIRECTORY/payments.db``. With ``kill`` the capture
+waits, after the provider committed, for the parent to SIGKILL this process;
+with ``gate``, until the parent creates ``DIRECTORY/gate``.
 Prints one JSON line: ``{"output": ...}`` or ``{"error": type, "non_retryable": ...}``.
 """
 
@@ -21,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 def main() -> None:
     ledger, directory, number, run_id = sys.argv[1:5]
-    hold = sys.argv[5:] == ["hold"]
+    hold = sys.argv[5] if len(sys.argv) > 5 else None
     shop = Shop(ledger, Path(directory), hold=hold)
     try:
         output = attempt(shop.charge, "INV-7", 2500, number=int(number), run_id=run_id)

@@ -94,8 +94,9 @@ class Shop:
     """A provider that counts captures, and activities whose captures are ``@effect`` tools.
 
     ``hold`` makes the first capture in ``directory`` write ``committed`` once
-    the provider has committed and then wait, still inside the activity, for
-    the test to kill the process.
+    the provider has committed and then wait, still inside the activity: for
+    the test to kill the process (``"kill"``), or until the test creates the
+    file ``gate`` (``"gate"``).
     """
 
     def __init__(
@@ -106,7 +107,7 @@ class Shop:
         faults: FaultPlan | None = None,
         lookup: Lookup = Lookup.STRONG,
         visible_after_reads: int = 0,
-        hold: bool = False,
+        hold: str | None = None,
     ) -> None:
         self.directory = directory
         self.payments = FakePaymentProvider(
@@ -172,7 +173,9 @@ class Shop:
         if marker.exists():
             return
         marker.write_text(str(os.getpid()))
-        while True:  # killed here by the test, after the provider committed
+        gate = self.directory / "gate"
+        # Killed here by the test ("kill"), or let go once the gate exists ("gate").
+        while self.hold == "kill" or not gate.exists():
             time.sleep(0.05)
 
     def close(self) -> None:

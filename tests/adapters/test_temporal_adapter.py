@@ -344,7 +344,7 @@ def test_a_worker_killed_after_the_provider_committed_costs_no_second_effect(
     """SIGKILL in attempt 1 after the commit; a fresh process runs attempt 2: one effect."""
     marker = tmp_path / "committed"
     child = subprocess.Popen(
-        [sys.executable, str(CHILD), ledger_target, str(tmp_path), "1", "run-1", "hold"],
+        [sys.executable, str(CHILD), ledger_target, str(tmp_path), "1", "run-1", "kill"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -378,6 +378,46 @@ def test_a_worker_killed_after_the_provider_committed_costs_no_second_effect(
     finally:
         shop.close()
     assert _status(ledger_target, "capture:temporal:default:order-42:1") is EffectStatus.CONFIRMED
+
+
+def _child(ledger_target: str, directory: Path, number: int, *hold: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), ledger_target, str(directory), str(number), "run-1", *hold],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _reported(child: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err[-3000:]
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+@pytest.mark.slow
+def test_two_workers_on_one_activity_one_still_inside_the_call_send_once(ledger_target, tmp_path):
+    """Attempt 2 in another process while attempt 1 is still inside the call: one effect."""
+    # As after a heartbeat or start-to-close timeout whose worker was only slow.
+    first = _child(ledger_target, tmp_path, 1, "gate")
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "committed").exists():
+            assert first.poll() is None, first.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "the first attempt never reached the provider"
+            time.sleep(0.05)
+        second = _reported(_child(ledger_target, tmp_path, 2))
+        assert second == {"error": "EffectInProgress", "non_retryable": False}
+    finally:
+        (tmp_path / "gate").touch()
+    first_output = _reported(first)["output"]
+    third = _reported(_child(ledger_target, tmp_path, 3))
+    assert third["output"] == first_output
+    shop = Shop(ledger_target, tmp_path)
+    try:
+        assert shop.payments.committed() == 1
+    finally:
+        shop.close()
 
 
 # -- the interceptor --------------------------------------------------------------------
