@@ -36,17 +36,24 @@ provided every attempt computes the same operation id:
   are retryable ``ApplicationError`` s with a ``next_retry_delay`` that grows
   with the attempt. Any other error (the ledger could not be reached…) is
   raised unchanged, and the retry policy decides.
+- ``heartbeat=`` (off by default) heartbeats while the activity function
+  runs, so a provider call longer than the ``heartbeat_timeout`` is not
+  timed out while its worker is alive.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import functools
 import inspect
 import logging
 import random
 import shlex
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, TypeVar, overload
 
@@ -124,10 +131,14 @@ def activity_scope(info: temporalio.activity.Info) -> tuple[str, str]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Retry:
-    """The bounds of the ``next_retry_delay`` an unsettled outcome asks Temporal for."""
+    """The bounds of the ``next_retry_delay`` an unsettled outcome asks Temporal for.
+
+    ``heartbeat``, when set, is how often the activity heartbeats while its function runs.
+    """
 
     initial: timedelta = DEFAULT_RETRY_INITIAL
     maximum: timedelta = DEFAULT_RETRY_MAX
+    heartbeat: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.initial <= timedelta(0) or self.maximum < self.initial:
@@ -135,6 +146,9 @@ class _Retry:
                 f"retry_initial ({self.initial}) must be positive and at most "
                 f"retry_max ({self.maximum})"
             )
+            raise ConfigurationError(msg)
+        if self.heartbeat is not None and self.heartbeat <= timedelta(0):
+            msg = f"heartbeat ({self.heartbeat}) must be a positive interval, or None"
             raise ConfigurationError(msg)
 
     def delay(self, attempt: int) -> timedelta:
@@ -261,11 +275,44 @@ def _translate(error: Exception, info: temporalio.activity.Info, retry: _Retry) 
     raise mapped from error
 
 
+def _beat(info: temporalio.activity.Info) -> None:
+    try:
+        temporalio.activity.heartbeat()
+    except Exception:  # noqa: BLE001 - a heartbeat that fails must not fail the effect; it is logged
+        # The server then times the attempt out and retries it: the lease keeps that safe.
+        _log.warning("heartbeat of activity %s[%s] failed", info.activity_type, info.activity_id)
+
+
+@contextlib.contextmanager
+def _beating_in_thread(every: timedelta | None, info: temporalio.activity.Info) -> Iterator[None]:
+    """Heartbeat every ``every`` from a thread of its own until the block exits."""
+    if every is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every.total_seconds()):
+            _beat(info)
+
+    # A copy of this context, so the thread finds the activity's (temporalio.activity.heartbeat
+    # looks it up); the SDK makes a sync activity's heartbeat safe to call from any thread.
+    context = contextvars.copy_context()
+    thread = threading.Thread(target=context.run, args=(beat,), name="effectguard-heartbeat")
+    thread.daemon = True
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def _call_sync(fn: Callable[..., Any], retry: _Retry, /, *args: Any, **kwargs: Any) -> Any:
     """Run a synchronous activity function under its call scope, in the thread that runs it."""
     info = _info(fn)
     run_id, call_id = activity_scope(info)
-    with call_scope(run_id=run_id, call_id=call_id):
+    with call_scope(run_id=run_id, call_id=call_id), _beating_in_thread(retry.heartbeat, info):
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
@@ -273,16 +320,32 @@ def _call_sync(fn: Callable[..., Any], retry: _Retry, /, *args: Any, **kwargs: A
             raise
 
 
+async def _beating_in_task(every: timedelta, info: temporalio.activity.Info) -> None:
+    while True:
+        await asyncio.sleep(every.total_seconds())
+        _beat(info)
+
+
 async def _call_async(fn: Callable[..., Any], retry: _Retry, /, *args: Any, **kwargs: Any) -> Any:
     """Run an ``async def`` activity function under its call scope."""
     info = _info(fn)
     run_id, call_id = activity_scope(info)
     with call_scope(run_id=run_id, call_id=call_id):
+        beats = (
+            None
+            if retry.heartbeat is None
+            else asyncio.create_task(_beating_in_task(retry.heartbeat, info))
+        )
         try:
             return await fn(*args, **kwargs)
         except Exception as exc:
             _translate(exc, info, retry)
             raise
+        finally:
+            if beats is not None:
+                beats.cancel()
+                # Waited for, not awaited: its CancelledError is not this activity's.
+                await asyncio.wait([beats])
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:
@@ -298,7 +361,10 @@ def effect_activity(fn: F, /) -> F: ...
 
 @overload
 def effect_activity(
-    *, retry_initial: timedelta = ..., retry_max: timedelta = ...
+    *,
+    retry_initial: timedelta = ...,
+    retry_max: timedelta = ...,
+    heartbeat: timedelta | None = ...,
 ) -> Callable[[F], F]: ...
 
 
@@ -308,6 +374,7 @@ def effect_activity(
     *,
     retry_initial: timedelta = DEFAULT_RETRY_INITIAL,
     retry_max: timedelta = DEFAULT_RETRY_MAX,
+    heartbeat: timedelta | None = None,
 ) -> F | Callable[[F], F]:
     """Scope one activity function's ``@effect`` calls by its activity; map their outcomes.
 
@@ -318,8 +385,15 @@ def effect_activity(
     Called outside an activity it raises :class:`ConfigurationError` before
     anything is recorded. ``retry_initial`` and ``retry_max`` bound the
     ``next_retry_delay`` of a retryable outcome.
+
+    ``heartbeat`` (off by default) makes the activity heartbeat, without
+    details, every that long while the function runs, so a provider call
+    longer than the activity's ``heartbeat_timeout`` is not timed out while
+    its worker is alive, and a dead worker still stops heartbeating. Leave it
+    off for an activity that heartbeats itself: a heartbeat without details
+    replaces the details it recorded.
     """
-    retry = _Retry(retry_initial, retry_max)
+    retry = _Retry(retry_initial, retry_max, heartbeat)
 
     def decorate(inner: F) -> F:
         if _is_async(inner):
@@ -350,6 +424,7 @@ class EffectInterceptor(temporalio.worker.Interceptor):
     wrapped (a ``functools.partial`` of a module-level function, so a process
     pool can still pickle it), so the scope is set where the function runs.
     Activities decorated with :func:`effect_activity` are left as they are.
+    The options are :func:`effect_activity`'s, for every activity of the worker.
     """
 
     def __init__(
@@ -357,8 +432,9 @@ class EffectInterceptor(temporalio.worker.Interceptor):
         *,
         retry_initial: timedelta = DEFAULT_RETRY_INITIAL,
         retry_max: timedelta = DEFAULT_RETRY_MAX,
+        heartbeat: timedelta | None = None,
     ) -> None:
-        self._retry = _Retry(retry_initial, retry_max)
+        self._retry = _Retry(retry_initial, retry_max, heartbeat)
 
     def intercept_activity(
         self,

@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -332,6 +333,76 @@ def test_what_the_worker_sends_the_server_keeps_the_flags_and_the_payload(make_s
     assert sent.HasField("next_retry_delay")
     assert received.next_retry_delay == unknown.value.next_retry_delay
     assert shop.payments.requests == 2
+
+
+# -- heartbeats --------------------------------------------------------------------------
+
+
+def _heartbeating_env(beats: list[tuple[Any, ...]]) -> ActivityEnvironment:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, workflow_id="order-42", activity_id="1")
+    env.on_heartbeat = lambda *details: beats.append(details)
+    return env
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_heartbeat_beats_while_the_provider_call_runs_and_stops_after(make_shop, kind):
+    """heartbeat=: detail-less heartbeats while the call is held, none once the activity ended."""
+    shop = make_shop(faults=FaultPlan({1: Fault.LATE_COMMIT}))
+    every = timedelta(milliseconds=20)
+
+    @effect_activity(heartbeat=every)
+    def charge_sync(invoice_id: str, amount_cents: int) -> Any:
+        return shop.capture(invoice_id=invoice_id, amount_cents=amount_cents)
+
+    @effect_activity(heartbeat=every)
+    async def charge_async(invoice_id: str, amount_cents: int) -> Any:
+        return await asyncio.to_thread(
+            shop.capture, invoice_id=invoice_id, amount_cents=amount_cents
+        )
+
+    beats: list[tuple[Any, ...]] = []
+    env = _heartbeating_env(beats)
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        if kind == "sync":
+            done["output"] = env.run(charge_sync, "INV-14", 100)
+        else:
+            done["output"] = asyncio.run(env.run(charge_async, "INV-14", 100))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert shop.payments.wait_until_held(1)
+        time.sleep(0.3)
+    finally:
+        shop.payments.release_late()
+        thread.join(30)
+    assert done["output"]["invoice_id"] == "INV-14"
+    assert len(beats) >= 5
+    assert set(beats) == {()}
+    after = len(beats)
+    time.sleep(0.1)
+    assert len(beats) == after
+    assert shop.payments.committed() == 1
+
+
+def test_without_heartbeat_the_adapter_never_beats(make_shop):
+    """Off by default: an activity that heartbeats itself keeps its own details."""
+    shop = make_shop()
+    beats: list[tuple[Any, ...]] = []
+    env = _heartbeating_env(beats)
+    env.run(shop.charge, "INV-15", 100)
+    assert beats == []
+
+
+def test_a_heartbeat_that_is_not_an_interval_is_refused():
+    """heartbeat=0 is a ConfigurationError when the activity is decorated."""
+    with pytest.raises(ConfigurationError, match="heartbeat"):
+        effect_activity(heartbeat=timedelta(0))
+    with pytest.raises(ConfigurationError, match="heartbeat"):
+        EffectInterceptor(heartbeat=timedelta(seconds=-1))
 
 
 # -- a worker lost mid-activity -----------------------------------------------------------
