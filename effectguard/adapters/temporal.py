@@ -10,8 +10,8 @@ provided every attempt computes the same operation id:
   so ``operation_id=call_scoped(prefix)`` gives every attempt of one activity
   the same id. The workflow's *run id* is left out on purpose: it changes when
   the workflow is retried, reset or continued as new, while the workflow id
-  and the activity id (the sequence number of the schedule command, unless
-  the workflow sets one) are the identities Temporal keeps for "this step of
+  and the activity id (the sequence number of the workflow's activity
+  commands, unless the workflow sets one) are the identities Temporal keeps for "this step of
   this workflow". A new run of the workflow that schedules the same activity
   id replays the first run's outcome; a business key in the template
   (``"invoice:{invoice_id}:capture"``) is the way to say otherwise.
@@ -30,7 +30,8 @@ provided every attempt computes the same operation id:
   and an output that could not be stored are non-retryable
   ``ApplicationError`` s whose message names the operation and the
   ``agent-effect-ops`` command, with the pending payload
-  (:class:`~effectguard.adapters.PendingEffect`) as their details; an
+  (:class:`~effectguard.adapters.PendingEffect`), or for a refusal the
+  operation id, as their details; an
   outcome that is still unknown, another worker holding the operation's lease
   (an earlier attempt still running) and a request that provably never left
   are retryable ``ApplicationError`` s with a ``next_retry_delay`` that grows
