@@ -45,7 +45,7 @@ NEEDS_EXTRAS = {
         ("google.adk", "google-adk"),
     ],
     "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
-    "engines.md": [("celery", "celery")],
+    "engines.md": [("celery", "celery"), ("temporalio", "temporal")],
 }
 
 
@@ -111,6 +111,7 @@ PUBLIC_MODULES = {
     "effectguard.adapters.mcp",
     "effectguard.adapters.openai_agents",
     "effectguard.adapters.pydantic_ai",
+    "effectguard.adapters.temporal",
     "benchmarks",
     "effectguard.errors",
     "effectguard.ledger",

@@ -50,9 +50,19 @@ def test_the_google_adk_adapter_without_its_extra_names_the_extra():
     assert "pip install 'effectguard[google-adk]'" in last
 
 
+def test_the_temporal_adapter_without_its_extra_names_the_extra():
+    """ImportError naming effectguard[temporal] when temporalio is missing."""
+    done = _import("effectguard.adapters.temporal", ("temporalio",))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: effectguard.adapters.temporal needs the 'temporal' extra")
+    assert "pip install 'effectguard[temporal]'" in last
+
+
 def test_the_adapters_package_imports_no_framework():
     """effectguard.adapters (the shared part) imports with every framework hidden."""
     done = _import(
-        "effectguard.adapters", ("langgraph", "langchain_core", "pydantic_ai", "celery", "google")
+        "effectguard.adapters",
+        ("langgraph", "langchain_core", "pydantic_ai", "celery", "google", "temporalio"),
     )
     assert done.returncode == 0, done.stderr
