@@ -1,4 +1,4 @@
-"""One process of the approval fault tests, for LangGraph, the OpenAI Agents SDK, Pydantic AI or MCP.
+"""One process of the approval fault tests: LangGraph, OpenAI Agents, Pydantic AI or MCP.
 
 ``python approval_fault_child.py FRAMEWORK PHASE DIR LEDGER [OPTION]``, with
 FRAMEWORK ``lg``, ``agents``, ``pai`` or ``mcp``, prints one JSON line.
