@@ -44,7 +44,7 @@ NEEDS_EXTRAS = {
         ("mcp", "mcp"),
     ],
     "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
-    "engines.md": [("celery", "celery")],
+    "engines.md": [("celery", "celery"), ("dbos", "dbos")],
 }
 
 
@@ -105,6 +105,7 @@ PUBLIC_MODULES = {
     "effectguard",
     "effectguard.adapters",
     "effectguard.adapters.celery",
+    "effectguard.adapters.dbos",
     "effectguard.adapters.langgraph",
     "effectguard.adapters.mcp",
     "effectguard.adapters.openai_agents",
