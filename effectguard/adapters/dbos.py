@@ -1,4 +1,4 @@
-"""``@effect`` tools in DBOS steps (``dbos`` 3.4+): a recovered workflow never sends twice.
+"""``@effect`` tools in DBOS steps (``dbos`` 2.20+): a recovered workflow never sends twice.
 
 DBOS checkpoints a step's outcome after the step returns. A process that dies
 inside a step, after the provider committed and before that checkpoint was
@@ -31,12 +31,15 @@ the second run computes the same operation id as the first:
   :data:`PENDING_EVENT` holds the payload (``DBOS.get_event``), and the
   warning log names the operation and the command that resolves it.
 
-Only synchronous step functions are supported; an ``async def`` is refused
-when decorated. docs/engines.md says which DBOS settings a deployment needs.
+An ``async def`` step is awaited from an async workflow and waits with
+``DBOS.recv_async``; a synchronous one called from an async workflow is
+refused before anything is sent, since DBOS's synchronous wait cannot run
+there. docs/engines.md says which DBOS settings a deployment needs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -153,21 +156,29 @@ def effect_step(
 
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         if inspect.iscoroutinefunction(fn):
-            msg = f"effect_step supports synchronous functions only; {fn.__qualname__} is async"
-            raise ConfigurationError(msg)
+            async_step = _AsyncEffectStep(fn, options, wait_initial, wait_max)
+
+            @functools.wraps(fn)
+            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
+                return await async_step.run(args, kwargs)
+
+            return cast("Callable[P, R]", run_async)
         step = _EffectStep(fn, options, wait_initial, wait_max)
 
         @functools.wraps(fn)
         def run(*args: P.args, **kwargs: P.kwargs) -> R:
-            return cast("R", step(args, kwargs))
+            return cast("R", step.run(args, kwargs))
 
         return run
 
     return decorate
 
 
-class _EffectStep:
-    """One effect step: the DBOS step that runs the body, and the wait around it."""
+_Recorded = tuple[str, Any, int]
+
+
+class _Base:
+    """What the sync and the async effect step share: the options, the scope, the outcome."""
 
     def __init__(
         self, fn: Callable[..., Any], options: StepOptions, wait_initial: float, wait_max: float
@@ -176,25 +187,67 @@ class _EffectStep:
         self.name = options.get("name") or fn.__qualname__
         self.wait_initial = wait_initial
         self.wait_max = wait_max
-        step_options: StepOptions = {**options, "name": self.name}
-        if step_options.get("retries_allowed") and step_options.get("should_retry") is None:
-            step_options["should_retry"] = retry_is_useful
+        self.options: StepOptions = {**options, "name": self.name}
+        if self.options.get("retries_allowed") and self.options.get("should_retry") is None:
+            self.options["should_retry"] = retry_is_useful
 
-        def body(scope_step: int | None, /, *args: Any, **kwargs: Any) -> tuple[str, Any, int]:
-            return self.body(scope_step, args, kwargs)
-
-        # A function of its own, not the bound method: DBOS keeps its registration on it.
-        self.step = DBOS.step(**step_options)(body)
-
-    def __call__(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run the step from the workflow; wait durably while its effect is not confirmed."""
+    def from_workflow(self) -> bool:
+        """True when called from a workflow function; False outside any workflow."""
         if DBOS.workflow_id is None:
-            return self.fn(*args, **kwargs)
+            return False
         if DBOS.step_id is not None:
             msg = (
                 f"{self.name} is an effect step called from inside another step "
                 f"(workflow {DBOS.workflow_id}, step {DBOS.step_id}); call it from the "
                 "workflow function itself. Nothing was sent"
+            )
+            raise ConfigurationError(msg)
+        return True
+
+    def scope(self, scope_step: int | None) -> tuple[str, int, str, str]:
+        """Return ``(workflow id, scoping step id, run_id, call_id)`` inside the DBOS step."""
+        workflow_id, step_id = DBOS.workflow_id, DBOS.step_id
+        if workflow_id is None or step_id is None:
+            msg = f"{self.name}: the step body ran outside a DBOS step; nothing was sent"
+            raise ConfigurationError(msg)
+        # The first run is scoped by its own step id; a re-check after a wait is another step
+        # of the workflow, but must be the same operation, so it keeps the first run's id.
+        scoped = step_id if scope_step is None else scope_step
+        run_id, call_id = step_scope(workflow_id, scoped)
+        return workflow_id, scoped, run_id, call_id
+
+    def pending(
+        self, error: EffectNotConfirmed, workflow_id: str, scoped: int, run_id: str, call_id: str
+    ) -> _Recorded:
+        """The step's recorded output for an effect that is not confirmed."""
+        pending = _pending(error, self.name, run_id, call_id)
+        _log.warning("dbos workflow %s step %s: %s", workflow_id, scoped, pending.message())
+        return _PENDING, pending.to_json(), scoped
+
+
+class _EffectStep(_Base):
+    """A synchronous effect step: the DBOS step that runs the body, and the wait around it."""
+
+    def __init__(
+        self, fn: Callable[..., Any], options: StepOptions, wait_initial: float, wait_max: float
+    ) -> None:
+        super().__init__(fn, options, wait_initial, wait_max)
+
+        def body(scope_step: int | None, /, *args: Any, **kwargs: Any) -> _Recorded:
+            return self.body(scope_step, args, kwargs)
+
+        # A function of its own, not the bound method: DBOS keeps its registration on it.
+        self.step = DBOS.step(**self.options)(body)
+
+    def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run the step from the workflow; wait durably while its effect is not confirmed."""
+        if not self.from_workflow():
+            return self.fn(*args, **kwargs)
+        if _loop_running():
+            msg = (
+                f"{self.name} is a synchronous effect step called from an async workflow, "
+                "where DBOS's synchronous wait cannot run; make the step's function async. "
+                "Nothing was sent"
             )
             raise ConfigurationError(msg)
         kind, value, scoped = self.step(None, *args, **kwargs)
@@ -216,23 +269,65 @@ class _EffectStep:
 
     def body(
         self, scope_step: int | None, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[str, Any, int]:
+    ) -> _Recorded:
         """The DBOS step: the function under the scope of the step that first ran it."""
-        workflow_id, step_id = DBOS.workflow_id, DBOS.step_id
-        if workflow_id is None or step_id is None:
-            msg = f"{self.name}: the step body ran outside a DBOS step; nothing was sent"
-            raise ConfigurationError(msg)
-        # The first run is scoped by its own step id; a re-check after a wait is another step
-        # of the workflow, but must be the same operation, so it keeps the first run's id.
-        scoped = step_id if scope_step is None else scope_step
-        run_id, call_id = step_scope(workflow_id, scoped)
+        workflow_id, scoped, run_id, call_id = self.scope(scope_step)
         with call_scope(run_id=run_id, call_id=call_id):
             try:
                 return _DONE, self.fn(*args, **kwargs), scoped
             except EffectNotConfirmed as exc:
-                pending = _pending(exc, self.name, run_id, call_id)
-                _log.warning("dbos workflow %s step %s: %s", workflow_id, scoped, pending.message())
-                return _PENDING, pending.to_json(), scoped
+                return self.pending(exc, workflow_id, scoped, run_id, call_id)
+
+
+class _AsyncEffectStep(_Base):
+    """The same for an ``async def`` step, awaited in an async workflow."""
+
+    def __init__(
+        self, fn: Callable[..., Any], options: StepOptions, wait_initial: float, wait_max: float
+    ) -> None:
+        super().__init__(fn, options, wait_initial, wait_max)
+
+        async def body(scope_step: int | None, /, *args: Any, **kwargs: Any) -> _Recorded:
+            return await self.body(scope_step, args, kwargs)
+
+        self.step = DBOS.step(**self.options)(body)
+
+    async def run(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Like :meth:`_EffectStep.run`, with DBOS's async event and receive."""
+        if not self.from_workflow():
+            return await self.fn(*args, **kwargs)
+        kind, value, scoped = await self.step(None, *args, **kwargs)
+        if kind == _DONE:
+            return value
+        wait = self.wait_initial
+        try:
+            while kind == _PENDING:
+                await DBOS.set_event_async(PENDING_EVENT, value)
+                await DBOS.recv_async(RESOLVED_TOPIC, timeout_seconds=wait)
+                wait = min(wait * 2, self.wait_max)
+                kind, value, scoped = await self.step(scoped, *args, **kwargs)
+        finally:
+            await DBOS.set_event_async(PENDING_EVENT, None)
+        return value
+
+    async def body(
+        self, scope_step: int | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> _Recorded:
+        """The async DBOS step; the scope, a context variable, follows the coroutine."""
+        workflow_id, scoped, run_id, call_id = self.scope(scope_step)
+        with call_scope(run_id=run_id, call_id=call_id):
+            try:
+                return _DONE, await self.fn(*args, **kwargs), scoped
+            except EffectNotConfirmed as exc:
+                return self.pending(exc, workflow_id, scoped, run_id, call_id)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _pending(error: EffectNotConfirmed, step_name: str, run_id: str, call_id: str) -> PendingEffect:

@@ -98,6 +98,34 @@ def charge_unprobed(invoice_id: str, amount_cents: int) -> Any:
     return capture_unprobed(invoice_id=invoice_id, amount_cents=amount_cents)
 
 
+@effect(operation_id=call_scoped("capture-async"))
+async def capture_async(
+    invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
+) -> Any:
+    return world.payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+@effect_step()
+async def charge_async(invoice_id: str, amount_cents: int) -> Any:
+    _enter("charge_async")
+    return await capture_async(invoice_id=invoice_id, amount_cents=amount_cents)
+
+
+@effect(operation_id=call_scoped("capture-unprobed"))
+async def capture_unprobed_async(
+    invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
+) -> Any:
+    world.payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+    msg = "connection reset after the request was sent"
+    raise ConnectionResetError(msg)
+
+
+@effect_step(wait_initial=0.2, wait_max=0.2)
+async def charge_unprobed_async(invoice_id: str, amount_cents: int) -> Any:
+    _enter("charge_unprobed_async")
+    return await capture_unprobed_async(invoice_id=invoice_id, amount_cents=amount_cents)
+
+
 @effect_step()
 def charge_twice(invoice_id: str) -> Any:
     """The same scope and tool with another amount: a conflict, nothing sent the second time."""
@@ -133,6 +161,21 @@ def unprobed(invoice_id: str) -> Any:
 @DBOS.workflow()
 def conflicting(invoice_id: str) -> Any:
     return charge_twice(invoice_id)
+
+
+@DBOS.workflow()
+async def pay_async(invoice_id: str) -> Any:
+    return await charge_async(invoice_id, 300)
+
+
+@DBOS.workflow()
+async def unprobed_async(invoice_id: str) -> Any:
+    return await charge_unprobed_async(invoice_id, 900)
+
+
+@DBOS.workflow()
+async def sync_in_async(invoice_id: str) -> Any:
+    return charge_flaky(invoice_id, 100)
 
 
 @DBOS.workflow()
@@ -274,17 +317,44 @@ def test_an_operators_reject_ends_the_wait_with_effect_rejected(app):
     assert DBOS.get_event("wf-reject", PENDING_EVENT, timeout_seconds=0) is None
 
 
-def test_bad_waits_and_async_functions_are_refused_when_decorated():
-    """A wait that is not positive, or an async function, is one clear error at decoration."""
+def test_bad_waits_are_refused_when_decorated():
+    """A wait that is not positive, or a longest wait below the first, is one clear error."""
     with pytest.raises(ConfigurationError, match="wait_initial"):
         effect_step(wait_initial=0)
     with pytest.raises(ConfigurationError, match="wait_max at least wait_initial"):
         effect_step(wait_initial=5, wait_max=1)
 
-    async def charge() -> None: ...
 
-    with pytest.raises(ConfigurationError, match="synchronous functions only"):
-        effect_step()(charge)
+def test_an_async_step_is_scoped_and_waits_like_a_sync_one(app):
+    """An async step: the same scope; quarantined, it waits on recv_async until confirm and wake."""
+    assert _run(pay_async, "wf-async", "INV-6").get_result()["invoice_id"] == "INV-6"
+    assert world.entries[0] == ("charge_async", 1, ["dbos:wf-async", "1"])
+    assert app.get("capture-async:dbos:wf-async:1").status is EffectStatus.CONFIRMED
+    operation = "capture-unprobed:dbos:wf-async-wait:1"
+    handle = _run(unprobed_async, "wf-async-wait", "INV-7")
+    _wait_for_quarantine(app, operation)
+    time.sleep(0.5)
+    assert handle.get_status().status == "PENDING"
+    output = {"id": "cap_000002", "status": "succeeded", "invoice_id": "INV-7", "amount_cents": 900}
+    app.confirm(
+        operation,
+        output=output,
+        provider_operation_id="cap_000002",
+        actor="ops@example.com",
+        reason="capture seen in the dashboard",
+        evidence_reference="dashboard:cap_000002",
+    )
+    wake("wf-async-wait", operation)
+    assert handle.get_result() == output
+    assert world.payments.committed() == 2  # one per invoice
+
+
+def test_a_sync_step_in_an_async_workflow_is_refused_before_sending(app):
+    """DBOS's synchronous wait cannot run in an async workflow: refused, nothing sent."""
+    with pytest.raises(ConfigurationError, match="make the step's function async"):
+        _run(sync_in_async, "wf-mixed", "INV-8").get_result()
+    assert world.entries == []
+    assert world.payments.committed() == 0
 
 
 def test_a_recorded_conflict_is_read_back_from_the_system_database(app, tmp_path):
