@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -38,6 +39,7 @@ class World:
 
     payments = FakePaymentProvider()
     entries: list[tuple[str, int | None, list[str] | None]] = []  # noqa: RUF012 - replaced per test
+    gate = threading.Event()
 
 
 world = World()
@@ -126,6 +128,20 @@ async def charge_unprobed_async(invoice_id: str, amount_cents: int) -> Any:
     return await capture_unprobed_async(invoice_id=invoice_id, amount_cents=amount_cents)
 
 
+@effect(operation_id=call_scoped("capture-held"), wait_for_peer=0)
+def capture_held(invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED) -> Any:
+    """Captures, then holds the lease until the test opens the gate."""
+    output = world.payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+    world.gate.wait(20)
+    return output
+
+
+@effect_step(wait_initial=0.2, wait_max=0.2)
+def charge_held(invoice_id: str, amount_cents: int) -> Any:
+    _enter("charge_held")
+    return capture_held(invoice_id=invoice_id, amount_cents=amount_cents)
+
+
 @effect_step()
 def charge_twice(invoice_id: str) -> Any:
     """The same scope and tool with another amount: a conflict, nothing sent the second time."""
@@ -179,6 +195,11 @@ async def sync_in_async(invoice_id: str) -> Any:
 
 
 @DBOS.workflow()
+def held(invoice_id: str) -> Any:
+    return charge_held(invoice_id, 700)
+
+
+@DBOS.workflow()
 def nested() -> Any:
     return outer_step()
 
@@ -187,6 +208,7 @@ def nested() -> Any:
 def app(tmp_path):
     world.payments = FakePaymentProvider(idempotency_guaranteed=False, lookup=Lookup.STRONG)
     world.entries = []
+    world.gate = threading.Event()
     with effectguard.configure(tmp_path / "ledger.db") as configuration:
         DBOS(
             config={
@@ -299,6 +321,39 @@ def test_a_quarantined_effect_waits_and_an_operators_confirm_and_wake_finish_it(
     assert handle.get_result() == output
     assert world.payments.committed() == 1
     assert DBOS.get_event("wf-confirm", PENDING_EVENT, timeout_seconds=0) is None
+
+
+def test_a_peer_holding_the_lease_makes_the_workflow_wait_then_share_its_outcome(app):
+    """EffectInProgress (a worker elsewhere is in the handler): wait, then replay; one effect."""
+    operation = "capture-held:dbos:wf-held:1"
+
+    def peer() -> None:
+        # Another worker running the same step of the same workflow (a zombie of it, say).
+        with effectguard.call_scope(run_id="dbos:wf-held", call_id="1"):
+            capture_held(invoice_id="INV-9", amount_cents=700)
+
+    worker = threading.Thread(target=peer)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while world.payments.committed() == 0:
+            assert time.monotonic() < deadline, "the peer never captured"
+            time.sleep(0.02)
+        handle = _run(held, "wf-held", "INV-9")
+        deadline = time.monotonic() + 10
+        while (event := DBOS.get_event("wf-held", PENDING_EVENT, timeout_seconds=0)) is None:
+            assert time.monotonic() < deadline, "the workflow never reported its wait"
+            time.sleep(0.05)
+        waiting = pending_effect(event)
+        assert waiting is not None
+        assert (waiting.operation_id, waiting.status) == (operation, EffectStatus.DISPATCHED)
+        assert handle.get_status().status == "PENDING"
+    finally:
+        world.gate.set()
+        worker.join(10)
+    assert handle.get_result()["invoice_id"] == "INV-9"
+    assert world.payments.committed() == 1
+    assert app.get(operation).status is EffectStatus.CONFIRMED
 
 
 def test_an_operators_reject_ends_the_wait_with_effect_rejected(app):
