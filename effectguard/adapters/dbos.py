@@ -142,10 +142,12 @@ def effect_step(
     the body's output once every effect in it is confirmed, waiting durably
     (see the module docstring) while one is not; it raises what the body
     raises otherwise (``EffectRejected`` among them), recorded by DBOS as the
-    step's error. Called outside any workflow it is the plain function, with
-    no call scope. Called from inside another step it raises
-    :class:`ConfigurationError`: that step's checkpoint, not this one's, is
-    what a recovery replays.
+    step's error. A body that calls several effects runs again whole after a
+    wait: the confirmed ones replay, the pending one is re-checked. Called
+    outside any workflow it is the plain function, with no call scope. Called
+    from inside another step it raises :class:`ConfigurationError`: that
+    step's checkpoint, not this one's, is what a recovery replays. An
+    ``async def`` function gives an async step, awaited from an async workflow.
     """
     if not wait_initial > 0 or not wait_max >= wait_initial:
         msg = (

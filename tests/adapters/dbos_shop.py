@@ -8,13 +8,14 @@ agree on the databases and the provider's file:
 - ``EG_DBOS_SYSTEM_DB``: DBOS's system database URL (``sqlite:///...`` or ``postgresql://...``).
 - ``EG_DBOS_SCHEMA``: the system database's schema on PostgreSQL (one per test).
 
-``start WORKFLOW WORKFLOW_ID ARG...`` launches DBOS, starts the workflow under
-that id and prints its result; ``recover WORKFLOW_ID`` only launches DBOS (whose
-launch recovers the workflows this executor left pending) and prints the
-result of that workflow. Each capture appends a line to ``entries`` when its
-step body starts; the first capture in a directory writes the ``committed``
-marker after the provider committed and then hangs, so the test can SIGKILL
-the process there, before DBOS wrote the step's checkpoint.
+``python -m tests.adapters.dbos_shop start WORKFLOW WORKFLOW_ID INVOICE AMOUNT``
+launches DBOS, starts the workflow under that id and prints its result;
+``recover WORKFLOW_ID`` only launches DBOS (whose launch recovers the
+workflows this executor left pending) and prints the result of that workflow.
+Each step body appends a line to ``entries`` as it starts; the first capture
+in a directory writes the ``committed`` marker after the provider committed
+and then hangs, so the test can SIGKILL the process there, before DBOS wrote
+the step's checkpoint.
 """
 
 from __future__ import annotations
