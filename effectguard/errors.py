@@ -90,7 +90,27 @@ __all__ = [
 
 
 class EffectGuardError(Exception):
-    """Root of every exception effectguard raises."""
+    """Root of every exception effectguard raises.
+
+    Every one survives ``pickle`` with its message and attributes (``.result``,
+    ``.operation_id``…), though many take other arguments than the message:
+    engines that store a failed step's exception by pickling it (DBOS) rebuild
+    the same exception when they replay the step.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's own __reduce__ calls cls(*self.args) on load, which fails for every
+        # subclass whose __init__ takes something other than the message.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(
+    cls: type[EffectGuardError], args: tuple[Any, ...], state: dict[str, Any]
+) -> EffectGuardError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
 
 
 class InternalError(EffectGuardError):

@@ -31,6 +31,8 @@ FRAMEWORKS = (
     "mcp",
     "celery",
     "temporalio",
+    "dbos",
+    "google",
 )
 
 

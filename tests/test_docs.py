@@ -45,7 +45,7 @@ NEEDS_EXTRAS = {
         ("google.adk", "google-adk"),
     ],
     "telemetry.md": [("opentelemetry.sdk.trace", "otel")],
-    "engines.md": [("celery", "celery"), ("temporalio", "temporal")],
+    "engines.md": [("celery", "celery"), ("temporalio", "temporal"), ("dbos", "dbos")],
 }
 
 
@@ -106,6 +106,7 @@ PUBLIC_MODULES = {
     "effectguard",
     "effectguard.adapters",
     "effectguard.adapters.celery",
+    "effectguard.adapters.dbos",
     "effectguard.adapters.google_adk",
     "effectguard.adapters.langgraph",
     "effectguard.adapters.mcp",

@@ -57,12 +57,19 @@ def test_the_temporal_adapter_without_its_extra_names_the_extra():
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: effectguard.adapters.temporal needs the 'temporal' extra")
     assert "pip install 'effectguard[temporal]'" in last
+def test_the_dbos_adapter_without_its_extra_names_the_extra():
+    """ImportError naming effectguard[dbos] when dbos is missing."""
+    done = _import("effectguard.adapters.dbos", ("dbos",))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: effectguard.adapters.dbos needs the 'dbos' extra")
+    assert "pip install 'effectguard[dbos]'" in last
 
 
 def test_the_adapters_package_imports_no_framework():
     """effectguard.adapters (the shared part) imports with every framework hidden."""
     done = _import(
         "effectguard.adapters",
-        ("langgraph", "langchain_core", "pydantic_ai", "celery", "google", "temporalio"),
+        ("langgraph", "langchain_core", "pydantic_ai", "celery", "google", "temporalio", "dbos"),
     )
     assert done.returncode == 0, done.stderr
