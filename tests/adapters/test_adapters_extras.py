@@ -57,6 +57,8 @@ def test_the_temporal_adapter_without_its_extra_names_the_extra():
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: effectguard.adapters.temporal needs the 'temporal' extra")
     assert "pip install 'effectguard[temporal]'" in last
+
+
 def test_the_dbos_adapter_without_its_extra_names_the_extra():
     """ImportError naming effectguard[dbos] when dbos is missing."""
     done = _import("effectguard.adapters.dbos", ("dbos",))
