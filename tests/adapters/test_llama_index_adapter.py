@@ -1,0 +1,208 @@
+"""The LlamaIndex adapter under its offline MockFunctionCallingLLM, counted at the fakes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from effect_shop import confirm_with_cli, confirm_with_ledger, open_shop
+from extras_support import import_extra
+
+from effectguard import EffectRejected, EffectStatus, effect
+from effectguard._decorator import executor_of
+from effectguard.testkit import Fault
+
+import_extra("llama_index.core", "llama-index")
+
+from llama_index_support import (  # noqa: E402 - imports llama_index, after the extra's check
+    Script,
+    keep,
+    restore,
+    shop_agent,
+    until_paused,
+)
+
+from effectguard.adapters.llama_index import (  # noqa: E402 - imports llama_index, after the check
+    as_function_tool,
+    paused_calls,
+    resume_event,
+)
+
+I1 = {"invoice_id": "INV-1", "amount_cents": 1999}
+CAPTURED = {"id": "cap_000001", "status": "succeeded", "invoice_id": "INV-1", "amount_cents": 1999}
+CHILD = Path(__file__).with_name("llama_index_child.py")
+
+
+@pytest.fixture(params=["sync", "async"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_schema_is_the_business_parameters_with_descriptions(tmp_path, kind):
+    """The tool's schema holds exactly the business parameters, each described; no key, no ctx."""
+    shop = open_shop(tmp_path, kind=kind)
+    tool = as_function_tool(shop.capture)
+    schema = tool.metadata.fn_schema.model_json_schema()
+    assert tool.metadata.name == "capture"
+    assert tool.metadata.description == "Capture the payment of an invoice."
+    assert sorted(schema["properties"]) == ["amount_cents", "invoice_id"]
+    assert sorted(schema["required"]) == ["amount_cents", "invoice_id"]
+    assert schema["properties"]["invoice_id"]["description"] == (
+        "The invoice to capture, e.g. INV-1042."
+    )
+    assert schema["properties"]["amount_cents"]["description"] == "The amount to capture, in cents."
+    shop.close()
+
+
+def test_two_identical_calls_in_one_turn_commit_once(tmp_path, kind):
+    """Two identical parallel calls share one dispatch; the model reads the output for both."""
+    shop = open_shop(tmp_path, kind=kind)
+    script = Script([[("capture", I1, "call-1"), ("capture", I1, "call-2")], "Paid."])
+    result = asyncio.run(_run(shop_agent(script, shop.capture), "Capture INV-1."))
+    assert str(result) == "Paid."
+    sent = script.results()
+    assert json.loads(sent["call-1"]) == CAPTURED
+    assert sent["call-1"] == sent["call-2"]
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 1
+    shop.close()
+
+
+async def _run(agent, message):
+    return await agent.run(user_msg=message)
+
+
+def test_lost_ack_pauses_resume_before_operator_stays_paused_then_confirm_commits_once(
+    tmp_path, kind
+):
+    """Lost ack: the workflow waits; an early resume waits again; after confirm, one effect."""
+    shop = open_shop(tmp_path, kind=kind, payment_faults=[Fault.LOSE_ACK])
+    script = Script([[("capture", I1, "call-1")], "Captured INV-1."])
+    agent = shop_agent(script, shop.capture)
+
+    async def story():
+        handler = agent.run(user_msg="Capture INV-1.")
+        (paused,) = await until_paused(handler, 1)
+        assert paused.tool_call_id == "call-1"
+        assert paused.operation_id == "invoice:INV-1:capture"
+        assert paused.payload["status"] == EffectStatus.QUARANTINED.value
+        assert "confirm invoice:INV-1:capture" in paused.payload["operator_command"]
+        assert len(script.seen) == 1  # the model has read nothing of the uncertain capture
+        handler.ctx.send_event(resume_event(paused))
+        (again,) = await until_paused(handler, 1)
+        assert again.round == 2
+        assert again.payload["status"] == EffectStatus.QUARANTINED.value
+        assert shop.payments.attempts() == 1
+        assert len(script.seen) == 1
+        await asyncio.to_thread(
+            confirm_with_cli, shop.ledger_path, "invoice:INV-1:capture", CAPTURED
+        )
+        handler.ctx.send_event(resume_event(again))
+        return await handler
+
+    assert str(asyncio.run(story())) == "Captured INV-1."
+    assert json.loads(script.results()["call-1"]) == CAPTURED
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 1
+    shop.close()
+
+
+def test_a_serialized_context_resumes_in_this_process_and_a_repeated_resume_is_ignored(tmp_path):
+    """Context.to_dict / from_dict keeps the pause; resuming twice still gives one model turn."""
+    shop = open_shop(tmp_path, payment_faults=[Fault.LOSE_ACK])
+    script = Script([[("capture", I1, "call-1"), ("capture", I1, "call-2")], "Paid."])
+    agent = shop_agent(script, shop.capture)
+
+    async def story():
+        handler = agent.run(user_msg="Capture INV-1.")
+        paused = await until_paused(handler, 2)
+        assert sorted(p.tool_call_id for p in paused) == ["call-1", "call-2"]
+        text = await keep(handler)
+        confirm_with_ledger(shop.ledger, "invoice:INV-1:capture", CAPTURED)
+        ctx = restore(agent, text)
+        kept = await paused_calls(ctx)
+        assert sorted(p.tool_call_id for p in kept) == ["call-1", "call-2"]
+        resumed = agent.run(ctx=ctx)
+        for pause in [*kept, *kept]:
+            resumed.ctx.send_event(resume_event(pause))
+        return await resumed
+
+    assert str(asyncio.run(story())) == "Paid."
+    assert len(script.seen) == 2
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 1
+    shop.close()
+
+
+@pytest.mark.slow
+def test_a_context_resumed_in_a_new_process_commits_once(tmp_path):
+    """Pause in one process (SQLite ledger, serialized Context), confirm, resume in another."""
+
+    def child(phase: str) -> dict:
+        done = subprocess.run(
+            [sys.executable, str(CHILD), phase, str(tmp_path)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    paused = child("pause")
+    assert paused["paused"] == ["invoice:INV-7:capture"]
+    early = child("resume")
+    assert early["paused"] == ["invoice:INV-7:capture"]
+    shop = open_shop(tmp_path)
+    assert shop.payments.attempts() == 1
+    found = shop.payments.effects()[0]["response"]
+    confirm_with_cli(str(tmp_path / "ledger.db"), "invoice:INV-7:capture", found)
+    resumed = child("resume")
+    assert resumed["final"] == "Captured INV-7."
+    assert json.loads(resumed["sent"]["call-1"]) == found
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 1
+    shop.close()
+
+
+def test_a_rejection_is_a_tool_error_that_invites_no_retry(tmp_path):
+    """A REJECTED operation reaches the model as an error; calling again does not send."""
+    shop = open_shop(tmp_path)
+    calls = []
+
+    @effect(operation_id="refund:{invoice_id}", executor=executor_of(shop.capture))
+    def refund(invoice_id: str) -> dict:
+        """Refund an invoice."""
+        calls.append(invoice_id)
+        reason = "card closed"
+        raise EffectRejected(reason)
+
+    script = Script(
+        [
+            [("refund", {"invoice_id": "INV-9"}, "call-1")],
+            [("refund", {"invoice_id": "INV-9"}, "call-2")],
+            "Could not refund.",
+        ]
+    )
+    result = asyncio.run(_run(shop_agent(script, refund), "Refund INV-9."))
+    assert str(result) == "Could not refund."
+    for text in script.results().values():
+        assert "card closed" in text
+        assert "never sent again" in text
+        assert "try again" not in text.lower()
+    assert calls == ["INV-9"]
+    shop.close()
+
+
+def test_arguments_the_schema_refuses_send_nothing(tmp_path):
+    """Arguments that do not fit the parameters are a tool error, and nothing is recorded."""
+    shop = open_shop(tmp_path)
+    script = Script([[("capture", {"invoice_id": "INV-1"}, "call-1")], "Sorry."])
+    asyncio.run(_run(shop_agent(script, shop.capture), "Capture INV-1."))
+    assert "do not fit its parameters" in script.results()["call-1"]
+    assert shop.payments.attempts() == 0
+    assert shop.ledger.get("invoice:INV-1:capture") is None
+    shop.close()
