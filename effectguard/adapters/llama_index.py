@@ -105,8 +105,6 @@ _PAUSED_KEY = "effectguard_paused"
 #: The key, in the workflow state store, of the tool calls already answered.
 _DONE_KEY = "effectguard_answered"
 
-_TOOL_ATTRIBUTE = "_effectguard_effect"
-
 
 class EffectPaused(InputRequiredEvent):
     """A tool call waits: its effect is not confirmed, or a person must approve its request.
@@ -199,7 +197,7 @@ def record_approval(
     """
     request = ApprovalRequest.from_json(paused.payload)
     decide(
-        executor_ledger(fn),
+        _ledger(fn),
         request,
         approve=approve,
         actor=actor,
@@ -210,7 +208,7 @@ def record_approval(
     return resume_event(paused)
 
 
-def executor_ledger(fn: Any) -> EffectLedger:
+def _ledger(fn: Any) -> EffectLedger:
     """The ledger of ``fn``'s executor."""
     return executor_of(fn).ledger
 
@@ -303,7 +301,7 @@ def _denied(fn: Any, operation_id: str | None, tool: str) -> str | None:
     """The denial message when the ledger holds this request denied by a person, else None."""
     if operation_id is None:
         return None
-    record = executor_ledger(fn).get(operation_id)
+    record = _ledger(fn).get(operation_id)
     if record is None or record.status is not EffectStatus.REJECTED:
         return None
     if "denied_fingerprint" not in record.evidence:
@@ -465,6 +463,4 @@ def as_function_tool(
     metadata = ToolMetadata(
         name=public.name, description=description or public.description, fn_schema=schema
     )
-    made = FunctionTool(async_fn=function, metadata=metadata, callback=_callback(public.name))
-    setattr(made, _TOOL_ATTRIBUTE, fn)
-    return made
+    return FunctionTool(async_fn=function, metadata=metadata, callback=_callback(public.name))

@@ -12,7 +12,14 @@ import pytest
 from effect_shop import confirm_with_cli, confirm_with_ledger, open_shop
 from extras_support import import_extra
 
-from effectguard import EffectRejected, EffectStatus, effect
+from effectguard import (
+    INJECTED,
+    ConfigurationError,
+    EffectRejected,
+    EffectStatus,
+    call_scoped,
+    effect,
+)
 from effectguard._decorator import executor_of
 from effectguard.testkit import Fault
 
@@ -27,6 +34,7 @@ from llama_index_support import (  # noqa: E402 - imports llama_index, after the
 )
 
 from effectguard.adapters.llama_index import (  # noqa: E402 - imports llama_index, after the check
+    RUN_ID_KEY,
     as_function_tool,
     paused_calls,
     resume_event,
@@ -205,4 +213,59 @@ def test_arguments_the_schema_refuses_send_nothing(tmp_path):
     assert "do not fit its parameters" in script.results()["call-1"]
     assert shop.payments.attempts() == 0
     assert shop.ledger.get("invoice:INV-1:capture") is None
+    shop.close()
+
+
+def test_call_scoped_ids_keep_the_run_id_across_a_restored_context(tmp_path):
+    """prefix:run_id:tool_call_id; a run continued from a saved Context keeps its run id."""
+    shop = open_shop(tmp_path, payment_faults=[Fault.LOSE_ACK])
+
+    @effect(operation_id=call_scoped("pay"), executor=executor_of(shop.capture))
+    def pay(invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED) -> dict:
+        """Pay an invoice.
+
+        Args:
+            invoice_id: The invoice.
+            amount_cents: How much, in cents.
+            idempotency_key: Supplied by the executor.
+        """
+        return shop.payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+    script = Script([[("pay", I1, "call-1")], "Paid."])
+    agent = shop_agent(script, pay)
+
+    async def story():
+        handler = agent.run(user_msg="Pay INV-1.")
+        (paused,) = await until_paused(handler, 1)
+        run_id = await handler.ctx.store.get(RUN_ID_KEY)
+        assert paused.operation_id == f"pay:{run_id}:call-1"
+        text = await keep(handler)
+        found = shop.payments.effects()[0]["response"]
+        confirm_with_ledger(shop.ledger, paused.operation_id, found)
+        ctx = restore(agent, text)
+        resumed = agent.run(ctx=ctx)
+        for pause in await paused_calls(ctx):
+            assert pause.operation_id == paused.operation_id
+            resumed.ctx.send_event(resume_event(pause))
+        return await resumed, found
+
+    final, found = asyncio.run(story())
+    assert str(final) == "Paid."
+    assert json.loads(script.results()["call-1"]) == found
+    assert shop.payments.committed() == 1
+    assert shop.payments.attempts() == 1
+    shop.close()
+
+
+def test_called_outside_an_agent_workflow_it_refuses_and_sends_nothing(tmp_path):
+    """Without the agent's ToolCall there is no tool call id: a clear error, nothing sent."""
+    shop = open_shop(tmp_path)
+    tool = as_function_tool(shop.capture)
+
+    async def call():
+        await tool.acall(ctx=object(), **I1)
+
+    with pytest.raises(ConfigurationError, match="must be called by an agent workflow"):
+        asyncio.run(call())
+    assert shop.payments.attempts() == 0
     shop.close()
