@@ -20,13 +20,18 @@ the docstring's ``Args:``. An agent workflow (``FunctionAgent``,
   ``HumanResponseEvent``) naming its tool call.
 
 The workflow ``Context`` of a paused run can be kept
-(``handler.ctx.to_dict()``) and the run continued in another process
-(``Context.from_dict(agent, data)``, ``agent.run(ctx=ctx)``). Sending
+(``handler.ctx.to_dict(serializer=PickleSerializer())``: the default JSON
+serializer drops the agent's memory) and the run continued in another process
+(``Context.from_dict(agent, data, serializer=...)``, ``agent.run(ctx=ctx)``,
+then :func:`resume_event` for each of :func:`paused_calls`). Sending
 :func:`resume_event` of a pause does not settle anything: LlamaIndex replays
 the tool call from its start, and the tool re-reads the ledger. A
 QUARANTINED operation (or a request still awaiting approval) pauses again
 with a fresh :class:`EffectPaused` and nothing is sent; an OUTCOME_UNKNOWN one
 is probed again; a CONFIRMED one is replayed to the model, never re-sent.
+A failure of the infrastructure (an unreachable ledger, a call scope that
+changed) is logged and reaches the model as a tool error telling it to stop:
+an agent workflow shows the model whatever a tool raises.
 
 Each call runs under the call scope ``run_id`` = the workflow run's id, kept
 in the workflow's state store when the run first calls an ``@effect`` tool
@@ -67,7 +72,7 @@ from effectguard.adapters._common import (
     run_effect_async,
 )
 from effectguard.adapters._effect_tools import as_text
-from effectguard.errors import ConfigurationError, InvalidRequestError
+from effectguard.errors import ConfigurationError, EffectGuardError, InvalidRequestError
 from effectguard.ledger import EffectLedger
 
 try:
@@ -316,6 +321,22 @@ def _tool_function(fn: Any, name: str, schema: type[BaseModel]) -> Any:
         except _InvalidArgumentsError as exc:
             return _Failure(str(exc))
         call_id = _call_id()
+        try:
+            answer = await _answer(ctx, call_id, arguments)
+        except EffectGuardError as exc:
+            # The agent shows whatever a tool raises to the model as text, so an
+            # infrastructure failure (an unreachable ledger, a changed call scope) is
+            # logged for the host and reaches the model as a stop, never as "try again".
+            logger.exception("tool %s (call %s) failed", name, call_id)
+            answer = _Failure(
+                f"{name} could not be completed ({type(exc).__name__}: {exc}). Do not call "
+                f"{name} again in this run; tell the user it needs attention."
+            )
+        if not await _finish(ctx, call_id):
+            await _park(ctx, call_id)
+        return answer
+
+    async def _answer(ctx: Context, call_id: str, arguments: dict[str, Any]) -> Any:
         scope = CallScope(run_id=await _run_id(ctx), call_id=call_id)
         kept = await ctx.store.get(_PAUSED_KEY, default=None)
         paused = kept.get(call_id) if isinstance(kept, Mapping) else None
@@ -328,8 +349,6 @@ def _tool_function(fn: Any, name: str, schema: type[BaseModel]) -> Any:
             pending = PendingEffect.from_json(paused["payload"]["pending"])
             outcome = await resume_effect_async(fn, arguments, pending=pending, scope=scope)
         if not isinstance(outcome, Pending):
-            if not await _finish(ctx, call_id):
-                await _park(ctx, call_id)
             if isinstance(outcome, Confirmed):
                 return outcome.output
             denial = None

@@ -269,3 +269,33 @@ def test_called_outside_an_agent_workflow_it_refuses_and_sends_nothing(tmp_path)
         asyncio.run(call())
     assert shop.payments.attempts() == 0
     shop.close()
+
+
+def test_resuming_against_a_ledger_without_the_operation_sends_nothing(tmp_path):
+    """A Context resumed with another ledger: the model is told to stop, and nothing is sent."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = open_shop(tmp_path / "a", payment_faults=[Fault.LOSE_ACK])
+    paused_agent = shop_agent(Script([[("capture", I1, "call-1")]]), first.capture)
+    other = open_shop(tmp_path / "b")
+    script = Script(["It needs attention."])
+    agent = shop_agent(script, other.capture)
+
+    async def story():
+        handler = paused_agent.run(user_msg="Capture INV-1.")
+        await until_paused(handler, 1)
+        ctx = restore(agent, await keep(handler))
+        resumed = agent.run(ctx=ctx)
+        for pause in await paused_calls(ctx):
+            resumed.ctx.send_event(resume_event(pause))
+        return await resumed
+
+    assert str(asyncio.run(story())) == "It needs attention."
+    text = script.results()["call-1"]
+    assert "OperationNotFoundError" in text
+    assert "Do not call capture again" in text
+    assert other.payments.attempts() == 0
+    assert other.ledger.get("invoice:INV-1:capture") is None
+    assert first.payments.attempts() == 1
+    first.close()
+    other.close()
