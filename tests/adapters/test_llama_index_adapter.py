@@ -299,3 +299,36 @@ def test_resuming_against_a_ledger_without_the_operation_sends_nothing(tmp_path)
     assert first.payments.attempts() == 1
     first.close()
     other.close()
+
+
+def test_a_confirmed_sibling_is_not_sent_again_when_the_run_continues(tmp_path):
+    """Capture confirmed, receipt paused: after a restore and confirm, each was sent once."""
+    shop = open_shop(tmp_path, mail_faults=[Fault.LOSE_ACK])
+    receipt = {"to": "ada@example.com", "invoice_id": "INV-1"}
+    script = Script(
+        [[("capture", I1, "call-1"), ("send_receipt", receipt, "call-2")], "Paid and receipted."]
+    )
+    agent = shop_agent(script, shop.capture, shop.send_receipt)
+
+    async def story():
+        handler = agent.run(user_msg="Capture INV-1 and send the receipt.")
+        (paused,) = await until_paused(handler, 1)
+        assert paused.tool == "send_receipt"
+        text = await keep(handler)
+        confirm_with_ledger(shop.ledger, "receipt:INV-1", shop.mail.effects()[0]["response"])
+        ctx = restore(agent, text)
+        resumed = agent.run(ctx=ctx)
+        for pause in await paused_calls(ctx):
+            resumed.ctx.send_event(resume_event(pause))
+        return await resumed
+
+    assert str(asyncio.run(story())) == "Paid and receipted."
+    sent = script.results()
+    assert json.loads(sent["call-1"]) == CAPTURED
+    assert json.loads(sent["call-2"]) == shop.mail.effects()[0]["response"]
+    assert len(script.seen) == 2
+    assert shop.payments.attempts() == 1
+    assert shop.mail.attempts() == 1
+    assert shop.payments.committed() == 1
+    assert shop.mail.committed() == 1
+    shop.close()
