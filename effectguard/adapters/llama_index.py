@@ -78,6 +78,7 @@ from effectguard.ledger import EffectLedger
 try:
     from llama_index.core.agent.workflow.workflow_events import ToolCall
     from llama_index.core.tools import FunctionTool, ToolMetadata, ToolOutput
+    from llama_index_instrumentation.dispatcher import active_instrument_tags
     from pydantic import BaseModel, Field, ValidationError, create_model
     from workflows import Context
     from workflows.events import HumanResponseEvent, InputRequiredEvent
@@ -176,10 +177,23 @@ async def paused_calls(ctx: Context) -> list[EffectPaused]:
     which has not seen the :class:`EffectPaused` events: resume each with
     :func:`resume_event`. A call that has since finished is not listed.
     """
-    kept = await ctx.store.get(_PAUSED_KEY, default=None)
-    if not isinstance(kept, Mapping):
-        return []
-    return [EffectPaused.model_validate(pause) for pause in kept.values()]
+    kept, answered = await _kept(ctx)
+    return [
+        EffectPaused.model_validate(pause)
+        for call_id, pause in kept.items()
+        if call_id not in answered
+    ]
+
+
+async def _kept(ctx: Context) -> tuple[Mapping[str, Any], frozenset[str]]:
+    """The run's pauses by tool call id, and the calls already answered: one read of the state."""
+    state = await ctx.store.get_state()
+    kept = state.get(_PAUSED_KEY, None)
+    done = state.get(_DONE_KEY, None)
+    return (
+        kept if isinstance(kept, Mapping) else {},
+        frozenset(done) if isinstance(done, list) else frozenset(),
+    )
 
 
 def record_approval(
@@ -266,10 +280,7 @@ async def _run_id(ctx: Context) -> str:
 
 
 def _workflow_run_id() -> str:
-    from llama_index_instrumentation.dispatcher import (  # noqa: PLC0415 - LlamaIndex's own run tag
-        active_instrument_tags,
-    )
-
+    """The id LlamaIndex tags the running workflow's spans with (``llamaindex.run_id``)."""
     run_id = active_instrument_tags.get().get("llamaindex.run_id")
     if not isinstance(run_id, str) or not run_id:
         msg = "the workflow run has no run id (llamaindex.run_id); nothing was sent"
@@ -314,6 +325,41 @@ def _denied(fn: Any, operation_id: str | None, tool: str) -> str | None:
     return denial_message(tool, record)
 
 
+async def _answer(
+    fn: Any,
+    name: str,
+    ctx: Context,
+    call_id: str,
+    arguments: dict[str, Any],
+    paused: Mapping[str, Any] | None,
+) -> Any:
+    """Run or resume one call: its output, a :class:`_Failure`, or (pending) a wait that raises."""
+    scope = CallScope(run_id=await _run_id(ctx), call_id=call_id)
+    if paused is None:
+        outcome = await run_effect_async(
+            fn, arguments, scope=scope, tool=name, tool_call_id=call_id
+        )
+    else:
+        # LlamaIndex replays a waiting step from its start: this is the resume. A call
+        # that ever paused always resumes here (its pause is never forgotten), so a late
+        # delivery needs the ledger's record and can never dispatch afresh.
+        pending = PendingEffect.from_json(paused["payload"]["pending"])
+        outcome = await resume_effect_async(fn, arguments, pending=pending, scope=scope)
+    if not isinstance(outcome, Pending):
+        if isinstance(outcome, Confirmed):
+            return outcome.output
+        denial = None
+        if paused is not None:
+            denial = await asyncio.to_thread(_denied, fn, outcome.operation_id, name)
+        return _Failure(denial or outcome.message)
+    effect = outcome.effect
+    payload = await asyncio.to_thread(_pause_payload, fn, effect)
+    round_ = 1 if paused is None else int(paused["round"])
+    await _wait(ctx, effect, payload, round_)
+    # Unreachable in a workflow: the wait raises until a resume arrives, which replays the call.
+    return _Failure(effect.message())
+
+
 def _tool_function(fn: Any, name: str, schema: type[BaseModel]) -> Any:
     async def call(ctx: Context, **raw: Any) -> Any:
         try:
@@ -321,8 +367,11 @@ def _tool_function(fn: Any, name: str, schema: type[BaseModel]) -> Any:
         except _InvalidArgumentsError as exc:
             return _Failure(str(exc))
         call_id = _call_id()
+        kept, answered = await _kept(ctx)
+        if call_id in answered:
+            await _park(ctx, call_id)
         try:
-            answer = await _answer(ctx, call_id, arguments)
+            answer = await _answer(fn, name, ctx, call_id, arguments, kept.get(call_id))
         except EffectGuardError as exc:
             # The agent shows whatever a tool raises to the model as text, so an
             # infrastructure failure (an unreachable ledger, a changed call scope) is
@@ -336,46 +385,17 @@ def _tool_function(fn: Any, name: str, schema: type[BaseModel]) -> Any:
             await _park(ctx, call_id)
         return answer
 
-    async def _answer(ctx: Context, call_id: str, arguments: dict[str, Any]) -> Any:
-        scope = CallScope(run_id=await _run_id(ctx), call_id=call_id)
-        kept = await ctx.store.get(_PAUSED_KEY, default=None)
-        paused = kept.get(call_id) if isinstance(kept, Mapping) else None
-        if paused is None:
-            outcome = await run_effect_async(
-                fn, arguments, scope=scope, tool=name, tool_call_id=call_id
-            )
-        else:
-            # LlamaIndex replays a waiting step from its start: this is the resume.
-            pending = PendingEffect.from_json(paused["payload"]["pending"])
-            outcome = await resume_effect_async(fn, arguments, pending=pending, scope=scope)
-        if not isinstance(outcome, Pending):
-            if isinstance(outcome, Confirmed):
-                return outcome.output
-            denial = None
-            if paused is not None:
-                denial = await asyncio.to_thread(_denied, fn, outcome.operation_id, name)
-            return _Failure(denial or outcome.message)
-        effect = outcome.effect
-        payload = await asyncio.to_thread(_pause_payload, fn, effect)
-        round_ = 1 if paused is None else int(paused["round"])
-        await _wait(ctx, effect, payload, round_)
-        # Unreachable in a workflow: the wait raises until a resume arrives, which replays the call.
-        return _Failure(effect.message())
-
     return call
 
 
 async def _finish(ctx: Context, call_id: str) -> bool:
-    """Mark the call answered and forget its pause; False when another replay answered it first."""
+    """Mark the call answered; False when another delivery of it answered first."""
     async with ctx.store.edit_state() as state:
         done = state.get(_DONE_KEY, None)
         answered = list(done) if isinstance(done, list) else []
         if call_id in answered:
             return False
         state[_DONE_KEY] = [*answered, call_id]
-        kept = state.get(_PAUSED_KEY, None)
-        if isinstance(kept, Mapping) and call_id in kept:
-            state[_PAUSED_KEY] = {k: v for k, v in kept.items() if k != call_id}
     return True
 
 

@@ -25,6 +25,7 @@ from effectguard.testkit import Fault
 
 import_extra("llama_index.core", "llama-index")
 
+from llama_index.core.agent.workflow import AgentWorkflow  # noqa: E402 - after the extra's check
 from llama_index_support import (  # noqa: E402 - imports llama_index, after the extra's check
     Script,
     keep,
@@ -331,4 +332,21 @@ def test_a_confirmed_sibling_is_not_sent_again_when_the_run_continues(tmp_path):
     assert shop.mail.attempts() == 1
     assert shop.payments.committed() == 1
     assert shop.mail.committed() == 1
+    shop.close()
+
+
+def test_an_agent_workflow_shares_one_dispatch_between_identical_calls(tmp_path):
+    """The same tool in a multi-agent AgentWorkflow: two identical calls, one capture."""
+    shop = open_shop(tmp_path, kind="async")
+    script = Script([[("capture", I1, "call-1"), ("capture", I1, "call-2")], "Paid."])
+    workflow = AgentWorkflow(agents=[shop_agent(script, shop.capture)], root_agent="shop")
+
+    async def story():
+        return await workflow.run(user_msg="Capture INV-1.")
+
+    assert str(asyncio.run(story())) == "Paid."
+    sent = script.results()
+    assert json.loads(sent["call-1"]) == json.loads(sent["call-2"]) == CAPTURED
+    assert shop.payments.attempts() == 1
+    assert shop.payments.committed() == 1
     shop.close()
