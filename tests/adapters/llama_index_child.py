@@ -1,8 +1,9 @@
 """One phase of a LlamaIndex agent run, in a process of its own.
 
 ``python llama_index_child.py PHASE DIR``. ``pause``: the capture's
-acknowledgement is lost, the workflow pauses, and its Context is written to
-DIR/context.json. ``resume``: a new process reads it back, resumes every
+acknowledgement is lost, the workflow pauses, its Context is written to
+DIR/context.json, and the process kills itself (SIGKILL: nothing is shut down
+cleanly, the run is still waiting). ``resume``: a new process reads it back, resumes every
 paused call, and prints either the pauses it is still at (the Context is
 written again) or the final answer and what the model was sent, as JSON.
 """
@@ -11,11 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import sys
 from pathlib import Path
 
 from effect_shop import open_shop
 from llama_index_support import Script, keep, restore, shop_agent, until_paused
+from workflows.context.serializers import PickleSerializer
 
 from effectguard.adapters.llama_index import EffectPaused, paused_calls, resume_event
 from effectguard.testkit import Fault
@@ -28,8 +32,10 @@ async def pause(directory: Path) -> None:
     agent = shop_agent(Script([[("capture", ARGUMENTS, "call-1")]]), shop.capture)
     handler = agent.run(user_msg="Capture INV-7.")
     paused = await until_paused(handler, 1)
-    (directory / "context.json").write_text(await keep(handler), encoding="utf-8")
-    print(json.dumps({"paused": [p.operation_id for p in paused]}))
+    data = handler.ctx.to_dict(serializer=PickleSerializer())
+    (directory / "context.json").write_text(json.dumps(data), encoding="utf-8")
+    print(json.dumps({"paused": [p.operation_id for p in paused]}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 async def resume(directory: Path) -> None:

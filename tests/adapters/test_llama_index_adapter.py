@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -149,19 +150,20 @@ def test_a_serialized_context_resumes_in_this_process_and_a_repeated_resume_is_i
 
 @pytest.mark.slow
 def test_a_context_resumed_in_a_new_process_commits_once(tmp_path):
-    """Pause in one process (SQLite ledger, serialized Context), confirm, resume in another."""
+    """Pause (Context saved, then SIGKILL), resume early (still waiting), confirm, resume: one."""
 
-    def child(phase: str) -> dict:
+    def child(phase: str, returncode: int = 0) -> dict:
         done = subprocess.run(
             [sys.executable, str(CHILD), phase, str(tmp_path)],
-            check=True,
+            check=False,
             capture_output=True,
             text=True,
             timeout=120,
         )
+        assert done.returncode == returncode, done.stderr[-2000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
-    paused = child("pause")
+    paused = child("pause", -signal.SIGKILL)
     assert paused["paused"] == ["invoice:INV-7:capture"]
     early = child("resume")
     assert early["paused"] == ["invoice:INV-7:capture"]
