@@ -33,6 +33,8 @@ FRAMEWORKS = (
     "temporalio",
     "dbos",
     "google",
+    "llama_index",
+    "workflows",
 )
 
 

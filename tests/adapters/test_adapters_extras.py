@@ -66,12 +66,30 @@ def test_the_dbos_adapter_without_its_extra_names_the_extra():
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: effectguard.adapters.dbos needs the 'dbos' extra")
     assert "pip install 'effectguard[dbos]'" in last
+@pytest.mark.parametrize("missing", ["llama_index", "workflows"])
+def test_the_llama_index_adapter_without_its_extra_names_the_extra(missing):
+    """ImportError naming effectguard[llama-index], whichever of its packages is missing."""
+    done = _import("effectguard.adapters.llama_index", (missing,))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        "ImportError: effectguard.adapters.llama_index needs the 'llama-index' extra"
+    )
+    assert "pip install 'effectguard[llama-index]'" in last
 
 
 def test_the_adapters_package_imports_no_framework():
     """effectguard.adapters (the shared part) imports with every framework hidden."""
-    done = _import(
-        "effectguard.adapters",
-        ("langgraph", "langchain_core", "pydantic_ai", "celery", "google", "temporalio", "dbos"),
+    hidden = (
+        "langgraph",
+        "langchain_core",
+        "pydantic_ai",
+        "celery",
+        "google",
+        "temporalio",
+        "dbos",
+        "llama_index",
+        "workflows",
     )
+    done = _import("effectguard.adapters", hidden)
     assert done.returncode == 0, done.stderr
