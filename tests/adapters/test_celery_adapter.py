@@ -26,6 +26,7 @@ from extras_support import extras_required, import_extra
 celery = import_extra("celery", "celery")
 
 from effectguard import EffectStatus, open_ledger  # noqa: E402 - after the extra's check
+from effectguard.adapters.celery import EffectTaskError  # noqa: E402 - ditto
 from effectguard.testkit import FakePaymentProvider  # noqa: E402 - ditto
 
 pytestmark = pytest.mark.slow
@@ -209,8 +210,9 @@ def test_redelivered_task_after_sigkill_commits_once(any_shop):
     assert len((shop.directory / "sweeps").read_text().splitlines()) == 2
 
 
-def test_business_key_dedupes_a_redelivery_and_a_resubmission(shop):
+def test_business_key_dedupes_a_redelivery_and_a_resubmission(any_shop):
     """Operation id from the invoice alone: a redelivery and a second message make one effect."""
+    shop = any_shop
     sent = shop.send("shop.charge_invoice", "INV-2", 700)
     _kill_after_commit(shop)
     again = shop.send("shop.charge_invoice", "INV-2", 700)
@@ -354,3 +356,22 @@ def test_two_workers_racing_on_a_redelivered_message_commit_once(any_shop):
     assert shop.status(f"capture:celery:shop.charge:{sent.id}") is EffectStatus.CONFIRMED
     assert "EffectInProgress" not in shop.log(winner)
     assert sent.get(timeout=10)["output"]["invoice_id"] == "INV-7"
+
+
+def test_the_caller_gets_an_error_naming_the_operation_through_the_result_backend(shop):
+    """A task failed by an effectguard error: AsyncResult.get() raises EffectTaskError naming it.
+
+    The second message reuses the invoice's operation id for another amount, an
+    OperationConflictError in the worker; through the result backend the caller
+    still learns which operation, and nothing was sent for it.
+    """
+    (shop.directory / "gate").touch()
+    shop.start_worker("only")
+    assert shop.send("shop.charge_invoice", "INV-8", 700).get(timeout=30)["invoice_id"] == "INV-8"
+    conflicting = shop.send("shop.charge_invoice", "INV-8", 999)
+    with pytest.raises(EffectTaskError) as raised:
+        conflicting.get(timeout=30)
+    assert raised.value.operation_id == "invoice:INV-8:capture"
+    assert raised.value.error == "OperationConflictError"
+    assert "use a new operation id for a different request" in str(raised.value)
+    assert shop.payments().committed() == 1
