@@ -166,9 +166,14 @@ def _wait_until(condition: Callable[[], bool], what: str, shop: Shop, timeout: f
 
 
 def _succeeded(shop: Shop, task_id: str, *workers: str) -> int:
-    """How many runs of ``task_id`` the named workers' logs say succeeded."""
+    """How many runs of ``task_id`` the named workers' logs say returned the first capture."""
     line = f"Task shop.charge[{task_id}] succeeded in"
-    return sum(shop.log(name).count(line) for name in workers)
+    return sum(
+        1
+        for name in workers
+        for logged in shop.log(name).splitlines()
+        if line in logged and "'id': 'cap_000001'" in logged
+    )
 
 
 def _retried_in_progress(shop: Shop, task_id: str, worker: str) -> bool:
