@@ -380,3 +380,24 @@ def test_the_caller_gets_an_error_naming_the_operation_through_the_result_backen
     assert raised.value.error == "OperationConflictError"
     assert "use a new operation id for a different request" in str(raised.value)
     assert shop.payments().committed() == 1
+
+
+def test_with_the_default_wait_a_second_worker_waits_for_the_first_outcome(shop):
+    """Default wait_for_peer: the second run waits out the live lease; no retry, one effect."""
+    sent = shop.send("shop.charge", "INV-9", 800)
+    shop.start_worker("first")
+    _wait_for(shop.directory / "committed", shop)
+    shop.send("shop.charge", "INV-9", 800, task_id=sent.id)
+    shop.start_worker("second")
+    received = f"Task shop.charge[{sent.id}] received"
+    _wait_until(lambda: received in shop.log("second"), "the second worker got the task", shop)
+    # Let its claim find the live lease (milliseconds after receipt) before the first returns.
+    time.sleep(1)
+    (shop.directory / "gate").touch()
+    _wait_until(
+        lambda: _succeeded(shop, sent.id, "second") >= 1, "the second worker finished", shop
+    )
+    assert "retry: Retry in" not in shop.log("second")
+    assert _succeeded(shop, sent.id, "first") >= 1
+    assert shop.payments().committed() == 1
+    assert shop.status(f"capture:celery:shop.charge:{sent.id}") is EffectStatus.CONFIRMED
