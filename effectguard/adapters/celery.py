@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from effectguard._scope import call_scope
 from effectguard.adapters._common import PendingEffect
@@ -93,7 +93,7 @@ class EffectTaskError(EffectGuardError):
     also stores), so the caller gets an :class:`~effectguard.errors.EffectGuardError`
     with the message (which names the operation and what to do next),
     ``operation_id`` (None when the error has none), ``error`` (the original
-    class's name, such as ``"EffectRejected"``) and ``status`` (the operation's,
+    class's name, such as ``"EffectInProgress"``) and ``status`` (the operation's,
     when known). A caller that has not imported this module gets Celery's
     stand-in class of the same name, with the same ``args``.
     """
@@ -131,15 +131,17 @@ class EffectTaskError(EffectGuardError):
         )
 
 
-def _portable(error: EffectGuardError) -> EffectGuardError:
-    """``error`` if a result backend rebuilds it as itself (``cls(*args)``), else it carried."""
-    if isinstance(error, EffectTaskError):
-        return error
-    try:
-        type(error)(*error.args)
-    except Exception:  # noqa: BLE001 - any failure to rebuild means the backend cannot either
-        return EffectTaskError.from_error(error)
-    return error
+def _raise_portable(error: EffectGuardError) -> NoReturn:
+    """Raise ``error`` if a result backend rebuilds it as itself, else an EffectTaskError of it.
+
+    A backend rebuilds a stored exception as ``cls(*args)``; this tries the same.
+    """
+    if not isinstance(error, EffectTaskError):
+        try:
+            type(error)(*error.args)
+        except Exception:  # noqa: BLE001 - any failure to rebuild means the backend's fails too
+            raise EffectTaskError.from_error(error) from error
+    raise error
 
 
 def task_scope(task_name: str, task_id: str) -> tuple[str, str]:
@@ -190,14 +192,11 @@ class EffectTask(Task):  # type: ignore[misc] # celery ships no type information
                     raise
                 except EffectGuardError as final:
                     # Past max_retries Celery raises the error itself: the task fails with it.
-                    raise _portable(final) from final
+                    _raise_portable(final)
             except EffectNotConfirmed as exc:
                 raise self._unconfirmed(exc, run_id, call_id) from exc
             except EffectGuardError as exc:
-                carried = _portable(exc)
-                if carried is exc:
-                    raise
-                raise carried from exc
+                _raise_portable(exc)
 
     def _unconfirmed(self, error: EffectNotConfirmed, run_id: str, call_id: str) -> Ignore | Reject:
         """Return what ends the task, having recorded :data:`EFFECT_UNCONFIRMED` if it can."""
