@@ -27,6 +27,14 @@ second run computes the same operation id as the first:
   dead-lettered on RabbitMQ when the queue has a dead-letter exchange), and
   the payload is in the worker's warning log. Run the task again once an
   operator has acted: the ledger replays or sends.
+- An effectguard error that ends the task and that a result backend cannot
+  rebuild (an ``EffectInProgress`` past ``max_retries``, an
+  ``OperationConflictError``: a backend rebuilds an exception as
+  ``cls(*args)``, and these take a result or several fields) is raised as
+  :class:`EffectTaskError`, chained from it, so the caller's
+  ``AsyncResult.get()`` raises an error naming the operation, the original
+  class and the next step rather than a bare ``Exception``. One it can rebuild
+  (``EffectRejected``, ``LedgerUnavailableError``) is raised as it is.
 - :func:`recover_on_worker_ready` runs a sweep (:func:`effectguard.recover`)
   when a worker starts, so operations a dead worker left uncertain are re-probed
   before it takes work.
@@ -42,16 +50,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from effectguard._scope import call_scope
 from effectguard.adapters._common import PendingEffect
-from effectguard.errors import EffectInProgress, EffectNotConfirmed, EffectNotSent
+from effectguard.errors import EffectGuardError, EffectInProgress, EffectNotConfirmed, EffectNotSent
 
 try:
     from celery import Celery, Task, signals
     from celery.backends.base import DisabledBackend
-    from celery.exceptions import Ignore, Reject
+    from celery.exceptions import Ignore, Reject, Retry
     from celery.utils.time import get_exponential_backoff_interval
 except ModuleNotFoundError as exc:
     msg = (
@@ -60,12 +68,80 @@ except ModuleNotFoundError as exc:
     )
     raise ImportError(msg, name=exc.name) from exc
 
-__all__ = ["EFFECT_UNCONFIRMED", "EffectTask", "recover_on_worker_ready", "task_scope"]
+__all__ = [
+    "EFFECT_UNCONFIRMED",
+    "EffectTask",
+    "EffectTaskError",
+    "recover_on_worker_ready",
+    "task_scope",
+]
 
 _log = logging.getLogger(__name__)
 
 #: The task state of a task whose effect is not confirmed: an operator must look, not a retry.
 EFFECT_UNCONFIRMED = "EFFECT_UNCONFIRMED"
+
+
+class EffectTaskError(EffectGuardError):
+    """An effectguard error that ended a Celery task, in a shape a result backend carries intact.
+
+    A result backend stores an exception as its class, module and ``args`` and
+    the caller's ``AsyncResult.get()`` rebuilds it as ``cls(*args)``. The errors
+    of :mod:`effectguard.errors` take a result or several fields, not their
+    message, so they come back as a bare ``Exception``. :class:`EffectTask`
+    raises this instead, chained from the original (whose traceback the backend
+    also stores), so the caller gets an :class:`~effectguard.errors.EffectGuardError`
+    with the message (which names the operation and what to do next),
+    ``operation_id`` (None when the error has none), ``error`` (the original
+    class's name, such as ``"EffectInProgress"``) and ``status`` (the operation's,
+    when known). A caller that has not imported this module gets Celery's
+    stand-in class of the same name, with the same ``args``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        operation_id: str | None = None,
+        error: str = "EffectGuardError",
+        status: str | None = None,
+    ) -> None:
+        super().__init__(message, operation_id, error, status)
+        self.message = message
+        self.operation_id = operation_id
+        self.error = error
+        self.status = status
+
+    def __str__(self) -> str:
+        """The original error's message."""
+        return self.message
+
+    @classmethod
+    def from_error(cls, error: EffectGuardError) -> EffectTaskError:
+        """Carry ``error``'s message, operation id, class name and status."""
+        result = getattr(error, "result", None)
+        operation_id = getattr(error, "operation_id", None)
+        status = getattr(error, "status", None)
+        if result is not None:
+            operation_id, status = result.operation_id, result.status
+        return cls(
+            str(error),
+            operation_id=None if operation_id is None else str(operation_id),
+            error=type(error).__name__,
+            status=None if status is None else str(getattr(status, "value", status)),
+        )
+
+
+def _raise_portable(error: EffectGuardError) -> NoReturn:
+    """Raise ``error`` if a result backend rebuilds it as itself, else an EffectTaskError of it.
+
+    A backend rebuilds a stored exception as ``cls(*args)``; this tries the same.
+    """
+    if not isinstance(error, EffectTaskError):
+        try:
+            type(error)(*error.args)
+        except Exception:  # noqa: BLE001 - any failure to rebuild means the backend's fails too
+            raise EffectTaskError.from_error(error) from error
+    raise error
 
 
 def task_scope(task_name: str, task_id: str) -> tuple[str, str]:
@@ -109,9 +185,18 @@ class EffectTask(Task):  # type: ignore[misc] # celery ships no type information
                     maximum=self.effect_retry_max,
                     full_jitter=True,
                 )
-                raise self.retry(exc=exc, countdown=countdown) from exc
+                try:
+                    raise self.retry(exc=exc, countdown=countdown) from exc
+                except (Retry, EffectTaskError):
+                    # Retry: the retry is sent. EffectTaskError: an eager retry's own failure.
+                    raise
+                except EffectGuardError as final:
+                    # Past max_retries Celery raises the error itself: the task fails with it.
+                    _raise_portable(final)
             except EffectNotConfirmed as exc:
                 raise self._unconfirmed(exc, run_id, call_id) from exc
+            except EffectGuardError as exc:
+                _raise_portable(exc)
 
     def _unconfirmed(self, error: EffectNotConfirmed, run_id: str, call_id: str) -> Ignore | Reject:
         """Return what ends the task, having recorded :data:`EFFECT_UNCONFIRMED` if it can."""

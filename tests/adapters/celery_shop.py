@@ -8,11 +8,19 @@ is ever consumed), the ledger and the provider's file:
 - ``EG_CELERY_QUEUE``: the queue the worker consumes and the tasks are sent to.
 - ``EG_CELERY_DIR``: the provider's file, and the marker and gate files.
 - ``EG_CELERY_LEDGER``: the ledger's path or ``postgresql://`` URL.
+- ``EG_CELERY_WAIT_FOR_PEER``: seconds a run that finds another worker's live lease
+  waits for its outcome (the executor's ``wait_for_peer``); ``0`` makes it raise
+  ``EffectInProgress`` at once, which the task turns into a Celery retry.
+- ``EG_CELERY_SWEEP=off``: no recovery sweep on ``worker_ready``, so the tasks
+  themselves, not a sweep, reconcile what a killed worker left.
 
 The handler captures at the provider, then (once per directory) writes the
 ``committed`` marker and waits for the ``gate`` file: the test kills the
 worker there, after the provider committed and before the task returned.
 The provider has a strong lookup, so a redelivered run reconciles by probe.
+With a ``hold-probe`` file in the directory, the first probe likewise writes
+``probing`` and waits for ``probe-gate``: a second worker then finds the
+operation RECONCILING under the first one's live lease.
 """
 
 from __future__ import annotations
@@ -57,18 +65,27 @@ app.conf.update(
 payments = FakePaymentProvider(
     idempotency_guaranteed=False, lookup=Lookup.STRONG, path=DIRECTORY / "payments.db"
 )
-executor = EffectExecutor(open_ledger(LEDGER))
+_WAIT = os.environ.get("EG_CELERY_WAIT_FOR_PEER")
+executor = EffectExecutor(
+    open_ledger(LEDGER), wait_for_peer=None if _WAIT is None else float(_WAIT)
+)
 effectguard.configure(executor=executor)
 SWEEPS = DIRECTORY / "sweeps"
 
 
-def _hold_once() -> None:
-    """The first time in this directory: say the provider committed, then wait to be killed."""
-    marker = DIRECTORY / "committed"
-    if marker.exists():
+def _hold_once(marker_name: str, gate_name: str) -> None:
+    """The first time in this directory: write the marker (our pid), then wait for the gate."""
+    marker = DIRECTORY / marker_name
+    draft = DIRECTORY / f"{marker_name}.{os.getpid()}"
+    draft.write_text(str(os.getpid()))
+    try:
+        # A hard link appears whole and only once: a reader never sees an empty marker.
+        os.link(draft, marker)
+    except FileExistsError:
         return
-    marker.write_text(str(os.getpid()))
-    gate = DIRECTORY / "gate"
+    finally:
+        draft.unlink()
+    gate = DIRECTORY / gate_name
     while not gate.exists():
         time.sleep(0.05)
 
@@ -77,11 +94,13 @@ def _capture(
     invoice_id: str, amount_cents: int, *, idempotency_key: str = INJECTED
 ) -> dict[str, Any]:
     output = payments.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
-    _hold_once()
+    _hold_once("committed", "gate")
     return output
 
 
 def _probe(invoice_id: str, amount_cents: int, *, idempotency_key: str) -> Any:
+    if (DIRECTORY / "hold-probe").exists():
+        _hold_once("probing", "probe-gate")
     return payments.probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)
 
 
@@ -100,7 +119,11 @@ def _capture_unprobed(
 capture_unprobed = effect(operation_id=call_scoped("capture-unprobed"))(_capture_unprobed)
 
 
-@app.task(base=EffectTask, bind=True, name="shop.charge")
+#: Retries of a held lease: enough that a loser outlasts the winner even on a loaded machine.
+MAX_RETRIES = 20
+
+
+@app.task(base=EffectTask, bind=True, name="shop.charge", max_retries=MAX_RETRIES)
 def charge(self: EffectTask, invoice_id: str, amount_cents: int) -> dict[str, Any]:
     """Capture under the task's scope: the operation id is the task id's."""
     output: dict[str, Any] = capture_scoped(invoice_id=invoice_id, amount_cents=amount_cents)
@@ -128,4 +151,5 @@ def _sweep() -> object:
     return report
 
 
-recover_on_worker_ready(app, functools.partial(_sweep))
+if os.environ.get("EG_CELERY_SWEEP") != "off":
+    recover_on_worker_ready(app, functools.partial(_sweep))

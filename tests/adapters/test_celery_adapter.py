@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from extras_support import extras_required, import_extra
 celery = import_extra("celery", "celery")
 
 from effectguard import EffectStatus, open_ledger  # noqa: E402 - after the extra's check
+from effectguard.adapters.celery import EffectTaskError  # noqa: E402 - ditto
 from effectguard.testkit import FakePaymentProvider  # noqa: E402 - ditto
 
 pytestmark = pytest.mark.slow
@@ -51,9 +53,12 @@ def _require(address: tuple[str, int], what: str) -> None:
 class Shop:
     """One test's queue, directory and workers; the client app sends by task name."""
 
-    def __init__(self, directory: Path, broker: str) -> None:
+    def __init__(self, directory: Path, broker: str, ledger: str | None = None) -> None:
         self.directory = directory
         self.broker = broker
+        self.ledger = ledger or str(directory / "ledger.db")
+        # Made here, before any worker opens it, so no two workers create the schema at once.
+        open_ledger(self.ledger).close()
         self.queue = f"effectguard-test-{uuid.uuid4().hex}"
         self.env = {
             **os.environ,
@@ -61,6 +66,7 @@ class Shop:
             "EG_CELERY_BROKER": BROKERS[broker][0],
             "EG_CELERY_QUEUE": self.queue,
             "EG_CELERY_DIR": str(directory),
+            "EG_CELERY_LEDGER": self.ledger,
         }
         self.client = celery.Celery("client", broker=BROKERS[broker][0], backend=RESULTS)
         self.client.conf.broker_transport_options = {"visibility_timeout": VISIBILITY_TIMEOUT}
@@ -81,9 +87,11 @@ class Shop:
         self.workers.append(worker)
         return worker
 
-    def send(self, task: str, *args: object) -> celery.result.AsyncResult:
-        """Send ``task`` with ``args`` to this test's queue."""
-        return self.client.send_task(task, args=args, queue=self.queue)
+    def send(
+        self, task: str, *args: object, task_id: str | None = None
+    ) -> celery.result.AsyncResult:
+        """Send ``task`` with ``args`` to this test's queue (as ``task_id``, when given)."""
+        return self.client.send_task(task, args=args, queue=self.queue, task_id=task_id)
 
     def payments(self) -> FakePaymentProvider:
         """The provider every process shares: its counts are the ground truth."""
@@ -91,13 +99,17 @@ class Shop:
 
     def status(self, operation_id: str) -> EffectStatus:
         """The operation's status in the ledger the workers share."""
-        ledger = open_ledger(str(self.directory / "ledger.db"))
+        ledger = open_ledger(self.ledger)
         try:
             record = ledger.get(operation_id)
             assert record is not None, f"{operation_id} is not in the ledger"
             return record.status
         finally:
             ledger.close()
+
+    def log(self, name: str) -> str:
+        """Worker ``name``'s log so far."""
+        return (self.directory / f"{name}.log").read_text(errors="replace")
 
     def logs(self) -> str:
         """The tail of every worker's log, for a failure message."""
@@ -117,10 +129,22 @@ class Shop:
 
 @pytest.fixture(params=sorted(BROKERS))
 def shop(request, tmp_path):
+    """A shop on one broker, its workers sharing a SQLite ledger."""
     broker = request.param
     _require(BROKERS[broker][1], broker)
     _require(("127.0.0.1", 6379), "redis (the result backend)")
     shop = Shop(tmp_path, broker)
+    yield shop
+    shop.close()
+
+
+@pytest.fixture(params=sorted(BROKERS))
+def any_shop(request, tmp_path, backend, ledger_target):
+    """A shop on one broker and one ledger backend: SQLite, or PostgreSQL (a schema of its own)."""
+    broker = request.param
+    _require(BROKERS[broker][1], broker)
+    _require(("127.0.0.1", 6379), "redis (the result backend)")
+    shop = Shop(tmp_path, broker, ledger_target)
     yield shop
     shop.close()
 
@@ -131,6 +155,31 @@ def _wait_for(path: Path, shop: Shop, timeout: float = 30) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"{path.name} never appeared\n{shop.logs()}")
         time.sleep(0.05)
+
+
+def _wait_until(condition: Callable[[], bool], what: str, shop: Shop, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}, never\n{shop.logs()}")
+        time.sleep(0.05)
+
+
+def _succeeded(shop: Shop, task_id: str, *workers: str) -> int:
+    """How many runs of ``task_id`` the named workers' logs say returned the first capture."""
+    line = f"Task shop.charge[{task_id}] succeeded in"
+    return sum(
+        1
+        for name in workers
+        for logged in shop.log(name).splitlines()
+        if line in logged and "'id': 'cap_000001'" in logged
+    )
+
+
+def _retried_in_progress(shop: Shop, task_id: str, worker: str) -> bool:
+    """True once ``worker`` turned an EffectInProgress of ``task_id`` into a Celery retry."""
+    log = shop.log(worker)
+    return f"Task shop.charge[{task_id}] retry: Retry in" in log and "EffectInProgress" in log
 
 
 def _kill_after_commit(shop: Shop) -> None:
@@ -147,8 +196,9 @@ def _kill_after_commit(shop: Shop) -> None:
         time.sleep(VISIBILITY_TIMEOUT + 0.5)
 
 
-def test_redelivered_task_after_sigkill_commits_once(shop):
+def test_redelivered_task_after_sigkill_commits_once(any_shop):
     """A task whose worker died after the provider committed is finished by another: one effect."""
+    shop = any_shop
     sent = shop.send("shop.charge", "INV-1", 1200)
     _kill_after_commit(shop)
     shop.start_worker("second")
@@ -165,8 +215,9 @@ def test_redelivered_task_after_sigkill_commits_once(shop):
     assert len((shop.directory / "sweeps").read_text().splitlines()) == 2
 
 
-def test_business_key_dedupes_a_redelivery_and_a_resubmission(shop):
+def test_business_key_dedupes_a_redelivery_and_a_resubmission(any_shop):
     """Operation id from the invoice alone: a redelivery and a second message make one effect."""
+    shop = any_shop
     sent = shop.send("shop.charge_invoice", "INV-2", 700)
     _kill_after_commit(shop)
     again = shop.send("shop.charge_invoice", "INV-2", 700)
@@ -242,3 +293,111 @@ def test_a_prefork_child_killed_after_commit_is_requeued_and_commits_once(shop):
     assert shop.payments().committed() == 1
     assert shop.status(f"capture:celery:shop.charge:{sent.id}") is EffectStatus.CONFIRMED
     assert worker.poll() is None, "the worker itself survived its child"
+
+
+def test_a_second_worker_on_the_same_task_id_waits_its_turn_and_never_sends(any_shop):
+    """A second worker on a task id whose first worker holds the lease retries: one effect.
+
+    The first worker is inside the handler (the provider committed, its lease is
+    live); a second message with the same task id reaches a second worker, as a
+    resubmission with the task id does (on Redis the first message is also handed
+    out again once the visibility timeout passes). The second run finds the lease,
+    raises EffectInProgress at once (``wait_for_peer=0``) and Celery retries it;
+    once the first has finished, the retry replays its outcome.
+    """
+    shop = any_shop
+    shop.env["EG_CELERY_WAIT_FOR_PEER"] = "0"
+    sent = shop.send("shop.charge", "INV-6", 1100)
+    shop.start_worker("first")
+    _wait_for(shop.directory / "committed", shop)
+    shop.send("shop.charge", "INV-6", 1100, task_id=sent.id)
+    shop.start_worker("second")
+    _wait_until(
+        lambda: _retried_in_progress(shop, sent.id, "second"), "the second worker retried", shop
+    )
+    assert shop.payments().committed() == 1
+    (shop.directory / "gate").touch()
+    _wait_until(
+        # Celery's retry is a new message any free worker may take, the first one included.
+        lambda: _succeeded(shop, sent.id, "first", "second") >= 2,
+        "both messages of the task id finished",
+        shop,
+    )
+    assert shop.payments().committed() == 1
+    assert shop.status(f"capture:celery:shop.charge:{sent.id}") is EffectStatus.CONFIRMED
+    assert sent.get(timeout=10)["output"]["invoice_id"] == "INV-6"
+
+
+def test_two_workers_racing_on_a_redelivered_message_commit_once(any_shop):
+    """SIGKILL after commit, then two workers take the task id at once: one reconciles, one effect.
+
+    The message is redelivered and a second one with the same task id is sent;
+    two new workers take one each. Whichever claims the dead worker's lease first
+    reconciles (its probe is held open); the other finds that live lease, turns
+    EffectInProgress into a Celery retry instead of sending, and replays the
+    confirmed outcome once the probe has answered.
+    """
+    shop = any_shop
+    shop.env["EG_CELERY_WAIT_FOR_PEER"] = "0"
+    # Without it the new workers' sweeps would reconcile the operation before a task ran.
+    shop.env["EG_CELERY_SWEEP"] = "off"
+    (shop.directory / "hold-probe").touch()
+    sent = shop.send("shop.charge", "INV-7", 1300)
+    _kill_after_commit(shop)
+    shop.send("shop.charge", "INV-7", 1300, task_id=sent.id)
+    racers = {shop.start_worker(name).pid: name for name in ("second", "third")}
+    _wait_for(shop.directory / "probing", shop)
+    winner = racers[int((shop.directory / "probing").read_text())]
+    (loser,) = set(racers.values()) - {winner}
+    _wait_until(lambda: _retried_in_progress(shop, sent.id, loser), f"{loser} retried", shop)
+    assert shop.payments().committed() == 1
+    (shop.directory / "probe-gate").touch()
+    _wait_until(
+        lambda: _succeeded(shop, sent.id, winner, loser) >= 2,
+        "both messages of the task id finished",
+        shop,
+    )
+    assert shop.payments().committed() == 1
+    assert shop.status(f"capture:celery:shop.charge:{sent.id}") is EffectStatus.CONFIRMED
+    assert "EffectInProgress" not in shop.log(winner)
+    assert sent.get(timeout=10)["output"]["invoice_id"] == "INV-7"
+
+
+def test_the_caller_gets_an_error_naming_the_operation_through_the_result_backend(shop):
+    """A task failed by an effectguard error: AsyncResult.get() raises EffectTaskError naming it.
+
+    The second message reuses the invoice's operation id for another amount, an
+    OperationConflictError in the worker; through the result backend the caller
+    still learns which operation, and nothing was sent for it.
+    """
+    (shop.directory / "gate").touch()
+    shop.start_worker("only")
+    assert shop.send("shop.charge_invoice", "INV-8", 700).get(timeout=30)["invoice_id"] == "INV-8"
+    conflicting = shop.send("shop.charge_invoice", "INV-8", 999)
+    with pytest.raises(EffectTaskError) as raised:
+        conflicting.get(timeout=30)
+    assert raised.value.operation_id == "invoice:INV-8:capture"
+    assert raised.value.error == "OperationConflictError"
+    assert "use a new operation id for a different request" in str(raised.value)
+    assert shop.payments().committed() == 1
+
+
+def test_with_the_default_wait_a_second_worker_waits_for_the_first_outcome(shop):
+    """Default wait_for_peer: the second run waits out the live lease; no retry, one effect."""
+    sent = shop.send("shop.charge", "INV-9", 800)
+    shop.start_worker("first")
+    _wait_for(shop.directory / "committed", shop)
+    shop.send("shop.charge", "INV-9", 800, task_id=sent.id)
+    shop.start_worker("second")
+    received = f"Task shop.charge[{sent.id}] received"
+    _wait_until(lambda: received in shop.log("second"), "the second worker got the task", shop)
+    # Let its claim find the live lease (milliseconds after receipt) before the first returns.
+    time.sleep(1)
+    (shop.directory / "gate").touch()
+    _wait_until(
+        lambda: _succeeded(shop, sent.id, "second") >= 1, "the second worker finished", shop
+    )
+    assert "retry: Retry in" not in shop.log("second")
+    assert _succeeded(shop, sent.id, "first") >= 1
+    assert shop.payments().committed() == 1
+    assert shop.status(f"capture:celery:shop.charge:{sent.id}") is EffectStatus.CONFIRMED

@@ -9,8 +9,13 @@ celery = import_extra("celery", "celery")
 
 from effectguard import CallScope, EffectStatus  # noqa: E402 - after the extra's check
 from effectguard._model import EffectResult  # noqa: E402 - ditto
-from effectguard.adapters.celery import EffectTask  # noqa: E402 - ditto
-from effectguard.errors import EffectInProgress, EffectNotSent  # noqa: E402 - ditto
+from effectguard.adapters.celery import EffectTask, EffectTaskError  # noqa: E402 - ditto
+from effectguard.errors import (  # noqa: E402 - ditto
+    EffectInProgress,
+    EffectNotSent,
+    EffectRejected,
+    OperationConflictError,
+)
 
 
 @pytest.fixture
@@ -78,7 +83,43 @@ def test_retries_of_a_held_lease_stop_at_max_retries(app):
 
     done = held.apply(task_id="task-3")
     assert done.failed()
-    # The result backend rebuilds the exception from its message (EffectInProgress's __init__
-    # takes a result), so the message is what a caller reads.
+    assert isinstance(done.result, EffectTaskError)
+    assert (done.result.operation_id, done.result.error) == ("op-2", "EffectInProgress")
+    assert done.result.status == "DISPATCHED"
     assert "'op-2' is DISPATCHED. Another worker is handling it" in str(done.result)
     assert runs == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        EffectInProgress(
+            EffectResult(status=EffectStatus.DISPATCHED, operation_id="op-3"), ledger="/l.db"
+        ),
+        OperationConflictError("op-3", "a" * 64, "b" * 64, ["amount_cents: stored 1, now 2"]),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_an_effect_task_error_survives_a_result_backend(error):
+    """Stored and rebuilt as a JSON result backend does, it keeps the operation and the message."""
+    backend = celery.Celery("rebuild", backend="redis://127.0.0.1:6379/1").backend
+    plain = backend.exception_to_python(backend.prepare_exception(error))
+    # What a caller gets without it: effectguard's errors cannot be rebuilt from their args.
+    assert type(plain) is Exception
+    carried = EffectTaskError.from_error(error)
+    rebuilt = backend.exception_to_python(backend.prepare_exception(carried))
+    assert type(rebuilt) is EffectTaskError
+    assert (rebuilt.operation_id, rebuilt.error) == ("op-3", type(error).__name__)
+    assert str(rebuilt) == str(error)
+
+
+def test_an_error_a_backend_rebuilds_is_raised_as_it_is(app):
+    """EffectRejected survives a backend as itself, so the task raises it unchanged."""
+
+    @app.task(base=EffectTask, name="t.rejected")
+    def rejected() -> None:
+        raise EffectRejected("card declined")
+
+    done = rejected.apply(task_id="task-4")
+    assert type(done.result) is EffectRejected
+    assert str(done.result) == "card declined"
