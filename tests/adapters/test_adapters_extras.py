@@ -66,6 +66,8 @@ def test_the_dbos_adapter_without_its_extra_names_the_extra():
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("ImportError: effectguard.adapters.dbos needs the 'dbos' extra")
     assert "pip install 'effectguard[dbos]'" in last
+
+
 @pytest.mark.parametrize("missing", ["llama_index", "workflows"])
 def test_the_llama_index_adapter_without_its_extra_names_the_extra(missing):
     """ImportError naming effectguard[llama-index], whichever of its packages is missing."""
