@@ -117,6 +117,8 @@ _WAIT_SECONDS = 30.0
 _PROBES = 5
 #: Outcomes that say "no effect happened": wrong when the counter shows one.
 _SETTLED_WITHOUT_EFFECT = frozenset({EffectStatus.PREPARED, EffectStatus.REJECTED})
+#: str parameters drawn as email addresses (and any name ending in ``_email``).
+_ADDRESS_NAMES = frozenset({"to", "email", "recipient", "sender", "cc", "bcc"})
 #: Outcomes that wait for a person.
 _NEEDS_PERSON = frozenset({EffectStatus.QUARANTINED, EffectStatus.AWAITING_APPROVAL})
 
@@ -391,7 +393,10 @@ def _value(name: str, hint: Any, parameter: inspect.Parameter, rng: random.Rando
     if hint is float:
         return round(rng.uniform(1, 1000), 2)
     if hint is str:
-        return f"{name}-{tag}-{rng.randrange(16**6):06x}"
+        drawn = f"{name}-{tag}-{rng.randrange(16**6):06x}"
+        if name in _ADDRESS_NAMES or name.endswith("_email"):
+            return f"{drawn}@example.test"  # an address a mail server takes
+        return drawn
     if parameter.default is not inspect.Parameter.empty:
         return parameter.default
     msg = f"cannot draw a value for parameter {name!r} ({hint!r}): annotate it str, int or float"
