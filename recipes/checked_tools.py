@@ -2,7 +2,8 @@
 #
 #   agent-effect check recipes.checked_tools:PAYMENTS.capture \
 #       --counter recipes.checked_tools:count_captures \
-#       --same-request amount_cents --same-request currency
+#       --same-request amount_cents --same-request currency \
+#       --sandbox-url-env EFFECTGUARD_CHECKED_PAYMENTS_URL
 #   agent-effect check recipes.checked_tools:MAILER.send_receipt \
 #       --counter recipes.checked_tools:count_messages --same-request to --same-request text
 #   agent-effect check recipes.checked_tools:send_receipt_lying_probe \
@@ -29,6 +30,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import SplitResult, urlsplit
 
 from effectguard import INJECTED, OutcomeProbeResult, effect
 from effectguard.testkit import FakePaymentServer
@@ -54,8 +56,25 @@ if _SMTP_PORT not in os.environ:
     atexit.register(SMTP_SERVER.stop)
     os.environ[_SMTP_PORT] = str(SMTP_SERVER.port)
 
+
+class _SandboxClient(PaymentsClient):
+    """The recipe's client, reading its base URL from the environment at every request.
+
+    So the proxy that ``agent-effect check --sandbox-url-env`` puts in front of
+    the server after this module was imported is the one the captures go through.
+    """
+
+    @property
+    def _url(self) -> SplitResult:
+        return urlsplit(os.environ[_PAYMENTS_URL])
+
+    @_url.setter
+    def _url(self, value: SplitResult) -> None:
+        """Ignored: the environment names the server."""
+
+
 #: The payment recipe's client, bound to the testkit's payment server.
-PAYMENTS = PaymentsClient(os.environ[_PAYMENTS_URL], api_key="sk_test_check", timeout=5.0)
+PAYMENTS = _SandboxClient(os.environ[_PAYMENTS_URL], api_key="sk_test_check", timeout=5.0)
 #: The email recipe's mailer; its probe searches the SMTP server's sent log (in its own process).
 MAILER = Mailer(
     "127.0.0.1",

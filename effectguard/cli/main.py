@@ -155,6 +155,12 @@ def cli(
     metavar="ARG",
     help="An argument that does not tell two requests apart (may stay out of the id).",
 )
+@click.option(
+    "--sandbox-url-env",
+    metavar="VAR",
+    help="The variable your tool reads its sandbox's http:// URL from: a proxy in front of it "
+    "drops the server's answers in lost-ack episodes.",
+)
 @click.option("--json", "json_path", type=OUTPUT, help="Write the JSON receipt to this new file.")
 @click.option(
     "--html", "html_path", type=OUTPUT, help="Write the HTML receipt (one self-contained page)."
@@ -169,6 +175,7 @@ def check(
     processes: int,
     seed: int,
     same_request: tuple[str, ...],
+    sandbox_url_env: str | None,
     json_path: Path | None,
     html_path: Path | None,
     force: bool,
@@ -193,7 +200,9 @@ def check(
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
-        subject = load_check(tool_spec, counter, same_request=same_request)
+        subject = load_check(
+            tool_spec, counter, same_request=same_request, sandbox_url_env=sandbox_url_env
+        )
         with progress_on_stderr("check", episodes + processes) as advance:
             report = run_check(
                 subject, episodes=episodes, processes=processes, seed=seed, progress=advance
@@ -204,6 +213,7 @@ def check(
         click.echo(
             "no --counter: effects are the handler's returns, and idempotency is not checked"
         )
+    click.echo(f"lost acknowledgements: {report.lost_ack_by}")
     for line in report.table():
         click.echo(line)
     click.echo(report.summary())

@@ -76,6 +76,7 @@ from effectguard._model import EffectStatus, OutcomeProbeResult, ProbeStatus
 from effectguard.errors import EffectGuardError, LedgerUnavailableError
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
+from effectguard.testkit.http_proxy import HttpProxy
 
 __all__ = [
     "EPISODE_KINDS",
@@ -142,6 +143,16 @@ class Subject:
     same_request: tuple[str, ...] = ()
     instance: object | None = None
     """The object a method tool is bound to (``MODULE:OBJECT.METHOD``), else None."""
+    proxy: HttpProxy | None = None
+    """The proxy in front of the sandbox (``sandbox_url_env``) that loses lost-ack answers."""
+    sandbox_url_env: str | None = None
+
+    @property
+    def lost_ack_by(self) -> str:
+        """How the ``lost-ack`` episodes lose the acknowledgement."""
+        if self.proxy is not None:
+            return f"the TCP proxy in front of ${self.sandbox_url_env} drops the server's answer"
+        return "the checker fails the call after the handler returned"
 
     @property
     def contract(self) -> EffectContract:
@@ -207,6 +218,8 @@ class CheckReport:
     claims: tuple[ClaimCheck, ...]
     command: str = ""
     """The ``agent-effect check`` command that plays these episodes again."""
+    lost_ack_by: str = ""
+    """How the ``lost-ack`` episodes lost the acknowledgement."""
 
     @property
     def held(self) -> bool:
@@ -266,6 +279,7 @@ class CheckReport:
             "counted_by": self.counted_by,
             "seed": self.seed,
             "command": self.command,
+            "lost_ack_by": self.lost_ack_by,
             "held": self.held,
             "summary": self.summary(),
             "episodes": [{**dataclasses.asdict(e), "held": e.held} for e in self.episodes],
@@ -295,7 +309,11 @@ def _resolve(spec: str, what: str) -> Any:
 
 
 def load_check(
-    spec: str, counter: str | None = None, *, same_request: Sequence[str] = ()
+    spec: str,
+    counter: str | None = None,
+    *,
+    same_request: Sequence[str] = (),
+    sandbox_url_env: str | None = None,
 ) -> Subject:
     """Resolve the tool and the counter; CheckInputError (one line) before anything is sent.
 
@@ -305,10 +323,39 @@ def load_check(
     non-negative int for an operation that was never sent (it is asked once,
     for a made-up id). ``same_request`` names arguments that do not tell two
     business requests apart, so varying them may keep the operation id.
+
+    ``sandbox_url_env`` names the environment variable the tool reads its
+    sandbox's ``http://`` URL from: a :class:`HttpProxy` is started in front of
+    that URL and the variable pointed at it (before the tool's module is
+    imported when the variable is already set, else right after), so the
+    ``lost-ack`` episodes drop the server's real answer on the wire. Child
+    processes inherit the variable.
     """
+    proxy = None
+    if sandbox_url_env is not None and sandbox_url_env in os.environ:
+        proxy = _proxy_for(sandbox_url_env)
     found = _resolve(spec, "tool")
+    if sandbox_url_env is not None and proxy is None:
+        proxy = _proxy_for(sandbox_url_env)
     candidate = None if counter is None else _resolve(counter, "counter")
-    return subject_of(found, candidate, spec=spec, counter_spec=counter, same_request=same_request)
+    subject = subject_of(
+        found, candidate, spec=spec, counter_spec=counter, same_request=same_request
+    )
+    return dataclasses.replace(subject, proxy=proxy, sandbox_url_env=sandbox_url_env)
+
+
+def _proxy_for(variable: str) -> HttpProxy:
+    url = os.environ.get(variable)
+    if not url:
+        msg = f"--sandbox-url-env {variable}: the variable is not set (to your sandbox's URL)"
+        raise CheckInputError(msg)
+    try:
+        proxy, through = HttpProxy.to(url)
+    except (ValueError, OSError) as exc:
+        raise CheckInputError(f"--sandbox-url-env {variable}: {exc}") from exc
+    os.environ[variable] = through
+    _log.info("check: %s now goes through a proxy to %s", variable, url)
+    return proxy
 
 
 def subject_of(
@@ -474,8 +521,13 @@ def _handler(
     run: _Run,
     released: threading.Event,
     first_thread: list[threading.Thread],
+    dropped: list[bool],
 ) -> Callable[..., Any]:
-    """The tool's handler with ``fault`` injected into its first attempt."""
+    """The tool's handler with ``fault`` injected into its first attempt.
+
+    With a proxy, ``lost-ack`` loses the server's answer on the wire (the tool
+    then raises on its own); ``dropped`` records whether the proxy did drop one.
+    """
     calls = 0
 
     def handler(arguments: Mapping[str, Any], *, idempotency_key: str | None) -> Any:
@@ -487,7 +539,17 @@ def _handler(
         if first and fault == "fail-before":
             raise ConnectionRefusedError("effectguard check: failed before the handler was called")
         operation_id = subject.contract.identity(arguments)[0]
-        output = subject.call(arguments, idempotency_key)
+        proxy = subject.proxy if first and fault == "lost-ack" else None
+        lost_before = 0
+        if proxy is not None:
+            lost_before = proxy.responses_lost
+            proxy.lose_response_to(idempotency_key)
+        try:
+            output = subject.call(arguments, idempotency_key)
+        finally:
+            if proxy is not None:
+                proxy.keep_responses()
+                dropped.append(proxy.responses_lost > lost_before)
         counts.returned(operation_id)
         if first and fault == "lost-ack":
             raise _AckLost("effectguard check: acknowledgement dropped after the handler returned")
@@ -542,7 +604,8 @@ def _episode(
     impatient = fault.startswith("ledger-down")
     with tempfile.TemporaryDirectory(prefix="effectguard-check-") as directory:
         run = _Run(Path(directory), seed, busy_timeout=_IMPATIENT_SECONDS if impatient else 10.0)
-        handler = _handler(subject, counts, fault, run, released, first_thread)
+        dropped: list[bool] = []
+        handler = _handler(subject, counts, fault, run, released, first_thread, dropped)
         try:
             try:
                 note = _first_call(run, contract, arguments, handler, fault)
@@ -553,6 +616,11 @@ def _episode(
             for thread in first_thread:
                 if thread is not threading.current_thread():
                     thread.join(_WAIT_SECONDS)
+            if dropped and not dropped[0]:
+                note = (
+                    f"the tool's request never went through the proxy (${subject.sandbox_url_env}):"
+                    " the acknowledgement was dropped after the handler returned instead"
+                )
             before = counts.effects(operation_id, key)
             if fault == "ledger-down-at-claim" and before:
                 note = f"{before} effect(s) were made while the ledger could not record the claim"
@@ -745,6 +813,7 @@ def run_check(
         episodes=tuple(played),
         claims=claims,
         command=command_of(subject, episodes=episodes, processes=processes, seed=seed),
+        lost_ack_by=subject.lost_ack_by,
     )
 
 
@@ -756,6 +825,8 @@ def command_of(subject: Subject, *, episodes: int, processes: int, seed: int) ->
     words += ["--episodes", str(episodes), "--processes", str(processes), "--seed", str(seed)]
     for name in subject.same_request:
         words += ["--same-request", name]
+    if subject.sandbox_url_env is not None:
+        words += ["--sandbox-url-env", subject.sandbox_url_env]
     return shlex.join(words)
 
 

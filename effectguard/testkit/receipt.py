@@ -95,6 +95,7 @@ def render_html(report: CheckReport, *, contract: EffectContract | None = None) 
 <table>
 <tr><th>tool</th><td><code>{_e(report.tool)}</code></td></tr>
 <tr><th>effects counted by</th><td>{_e(report.counted_by)}</td></tr>
+<tr><th>lost acknowledgements</th><td>{_e(report.lost_ack_by)}</td></tr>
 <tr><th>seed</th><td>{report.seed}</td></tr>
 </table>
 {contract_table}

@@ -16,11 +16,14 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLS = "recipes.checked_tools"
 
 
-def check(tmp_path: Path, tool: str, counter: str, *same: str) -> tuple[int, dict]:
+def check(tmp_path: Path, tool: str, counter: str, *options: str) -> tuple[int, dict]:
+    """Run the check in a process of its own; plain words in ``options`` are --same-request."""
     output = tmp_path / f"{tool.replace(':', '-')}.json"
     arguments = [f"{TOOLS}:{tool}", "--counter", f"{TOOLS}:{counter}", "--json", str(output)]
-    for name in same:
-        arguments += ["--same-request", name]
+    words = list(options)
+    while words:
+        word = words.pop(0)
+        arguments += [word, words.pop(0)] if word.startswith("--") else ["--same-request", word]
     completed = subprocess.run(
         [
             sys.executable,
@@ -39,10 +42,27 @@ def check(tmp_path: Path, tool: str, counter: str, *same: str) -> tuple[int, dic
     return completed.returncode, json.loads(output.read_text(encoding="utf-8"))
 
 
-def test_the_payment_recipe_holds_over_http(tmp_path):
-    """Every episode, SIGKILLs and the race included, leaves one capture on the server."""
-    code, data = check(tmp_path, "PAYMENTS.capture", "count_captures", "amount_cents", "currency")
+def test_the_payment_recipe_holds_over_http_with_its_answer_dropped_on_the_wire(tmp_path):
+    """Every episode, SIGKILLs and the race included, leaves one capture on the server.
+
+    The lost acknowledgement is the proxy's: the capture reached the server and its
+    answer was dropped (a request that missed the proxy would leave a note).
+    """
+    code, data = check(
+        tmp_path,
+        "PAYMENTS.capture",
+        "count_captures",
+        "amount_cents",
+        "currency",
+        "--sandbox-url-env",
+        "EFFECTGUARD_CHECKED_PAYMENTS_URL",
+    )
     assert code == 0, data["summary"]
+    assert "TCP proxy" in data["lost_ack_by"]
+    lost_ack = data["episodes"][0]
+    assert lost_ack["fault"] == "lost-ack"
+    assert lost_ack["note"] == ""
+    assert lost_ack["attempts"] == 1  # confirmed through the probe, never resent
     assert all(e["judged"] and e["effects"] == 1 for e in data["episodes"]), data["episodes"]
     assert {c["claim"]: c["held"] for c in data["claims"]}["idempotency_guaranteed"] is True
 

@@ -153,6 +153,10 @@ def test_without_a_counter_the_report_says_so_and_counts_handler_returns(tmp_pat
             [f"{TOOLS}:honest_capture", "--same-request", "nope"],
             "--same-request names no parameter",
         ),
+        (
+            [f"{TOOLS}:honest_capture", "--sandbox-url-env", "EFFECTGUARD_CHECK_NO_SUCH_VAR"],
+            "the variable is not set",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_sends_nothing(arguments, message, providers, tmp_path):
@@ -336,3 +340,21 @@ def test_html_escapes_a_hostile_tool_name():
     assert "<script>" not in page
     assert "<img" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_tool_that_misses_the_proxy_is_told_so(tmp_path, monkeypatch):
+    """--sandbox-url-env naming a URL the tool never calls: the lost-ack episode says so."""
+    monkeypatch.setenv("EFFECTGUARD_CHECK_UNUSED_URL", "http://127.0.0.1:9")
+    result, data = receipt(
+        tmp_path,
+        f"{TOOLS}:honest_capture",
+        "--counter",
+        f"{TOOLS}:count_honest",
+        "--sandbox-url-env",
+        "EFFECTGUARD_CHECK_UNUSED_URL",
+        "--processes",
+        "0",
+    )
+    assert result.exit_code == 0, result.output
+    assert "never went through the proxy" in data["episodes"][0]["note"]
+    assert "--sandbox-url-env EFFECTGUARD_CHECK_UNUSED_URL" in data["command"]
