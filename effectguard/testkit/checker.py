@@ -479,7 +479,21 @@ class _Counts:
     def effects(self, operation_id: str, key: str | None) -> int:
         if self.subject.counter is None:
             return self.returns.get(operation_id, 0)
-        return int(self.subject.counter(operation_id, key))
+        try:
+            answer = self.subject.counter(operation_id, key)
+        except Exception as exc:
+            msg = (
+                f"counter {self.subject.counter_spec!r} raised {type(exc).__name__}: {exc} "
+                f"while counting operation {operation_id!r}; the check stopped there"
+            )
+            raise CheckInputError(msg) from exc
+        if isinstance(answer, bool) or not isinstance(answer, int) or answer < 0:
+            msg = (
+                f"counter {self.subject.counter_spec!r} answered {answer!r} for operation "
+                f"{operation_id!r}, not a non-negative int; the check stopped there"
+            )
+            raise CheckInputError(msg)
+        return answer
 
 
 class _Run:

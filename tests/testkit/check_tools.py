@@ -124,3 +124,10 @@ NOT_CALLABLE = 3
 @effect(operation_id="capture:{invoice_id}", probe=lambda invoice_id, blob: None)
 def unannotated_capture(invoice_id: str, blob: object) -> None:
     """A tool with an argument the checker cannot draw (no simple annotation, no default)."""
+
+
+def counter_failing_later(operation_id: str, idempotency_key: str | None) -> int:
+    """A counter that answers the checker's up-front question, then fails on real operations."""
+    if operation_id == "effectguard-check-never-sent":
+        return 0
+    raise ConnectionError("sandbox went away")

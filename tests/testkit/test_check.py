@@ -358,3 +358,19 @@ def test_a_tool_that_misses_the_proxy_is_told_so(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     assert "never went through the proxy" in data["episodes"][0]["note"]
     assert "--sandbox-url-env EFFECTGUARD_CHECK_UNUSED_URL" in data["command"]
+
+
+def test_a_counter_that_fails_mid_check_stops_it_in_one_line(tmp_path):
+    """The counter raising once effects exist: one line naming it and the operation, exit 2."""
+    output = tmp_path / "receipt.json"
+    result = check(
+        f"{TOOLS}:honest_capture",
+        "--counter",
+        f"{TOOLS}:counter_failing_later",
+        "--json",
+        str(output),
+    )
+    assert result.exit_code == 2, result.output
+    assert "raised ConnectionError: sandbox went away while counting operation" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not output.exists()
