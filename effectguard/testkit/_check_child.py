@@ -57,12 +57,16 @@ def _child(request: Mapping[str, Any]) -> None:
     ledger = SQLiteEffectLedger(request["ledger"], clock=clock, synchronous="NORMAL")
     executor = EffectExecutor(ledger, clock=clock, jitter=seeded_jitter(str(request["name"])))
 
+    held: dict[str, float] = {}
+
     def handler(call: Mapping[str, Any], *, idempotency_key: str | None) -> Any:
+        held.setdefault("from", time.time())
         if mode == "kill-before-send":
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "race":
             time.sleep(HOLD_SECONDS)  # hold the operation while the other racer arrives
         output = subject.call(call, idempotency_key)
+        held["until"] = time.time()
         _note_return(directory)
         if mode == "kill-after-send":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -73,10 +77,14 @@ def _child(request: Mapping[str, Any]) -> None:
         deadline = time.monotonic() + WAIT_CHILD_SECONDS
         while not (directory / "start").exists() and time.monotonic() < deadline:
             time.sleep(0.001)
+    started = time.time()
     try:
-        executor.execute(contract, arguments, handler)
-    except EffectGuardError:  # the other racer holds the operation: what it does is counted
-        logging.getLogger("effectguard").debug("racer %s refused", request["name"])
+        result = executor.execute(contract, arguments, handler)
+        outcome: dict[str, Any] = {"status": result.status.value, "replayed": result.replayed}
+    except EffectGuardError as exc:  # the other racer holds the operation: what it does counts
+        outcome = {"status": type(exc).__name__, "replayed": False}
+    outcome = {**outcome, "started": started, **held}
+    (directory / f"{request['name']}.outcome").write_text(json.dumps(outcome), encoding="utf-8")
 
 
 def main(argv: list[str]) -> None:

@@ -945,6 +945,7 @@ def _process_episode(
                 )
                 return _unjudged(number, fault, operation_id, key, note)
             counts.returns[operation_id] = counts.returns.get(operation_id, 0) + by_children
+            race_note = _overlap(directory, names) if fault == "race" else ""
             # Recovery, in this process: settle what the children left, never send twice.
             executor = EffectExecutor(ledger, clock=clock, jitter=seeded_jitter(seed))
             handler = _counting(subject, counts)
@@ -964,7 +965,24 @@ def _process_episode(
     effects = counts.effects(operation_id, key)
     status = record.status if record is not None else EffectStatus.PREPARED
     attempts = record.attempts if record is not None else 0
-    return _judged(subject, number, fault, operation_id, key, effects, status, attempts)
+    return _judged(subject, number, fault, operation_id, key, effects, status, attempts, race_note)
+
+
+def _overlap(directory: Path, names: list[str]) -> str:
+    """A note when the racers did not overlap: neither arrived while the other held the call."""
+    outcomes = []
+    for name in names:
+        path = directory / f"{name}.outcome"
+        if path.exists():
+            outcomes.append(json.loads(path.read_text(encoding="utf-8")))
+    holders = [o for o in outcomes if "from" in o]
+    others = [o for o in outcomes if "from" not in o]
+    if len(holders) == 1 and others:
+        holder = holders[0]
+        until = holder.get("until", float("inf"))
+        if all(other["started"] > until for other in others):
+            return "the racers did not overlap: the second began after the first had sent"
+    return ""
 
 
 def _release(

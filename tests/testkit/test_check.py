@@ -266,6 +266,7 @@ def test_a_lying_probe_doubles_a_capture_after_a_sigkill_and_under_a_dead_ledger
     # Two real processes racing on one operation: the lease lets one of them send.
     race = episodes["race"]
     assert race["judged"] is True
+    assert race["note"] == ""  # the two processes overlapped: neither replayed the other
     assert providers["no_dedup"].committed(race["idempotency_key"]) == 1
 
 
