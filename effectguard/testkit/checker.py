@@ -849,7 +849,7 @@ def command_of(subject: Subject, *, episodes: int, processes: int, seed: int) ->
 #: How long a child may take (start, import, execute) before it is killed, in seconds.
 WAIT_CHILD_SECONDS = 60.0
 #: How long a racing child holds its call before sending, so the other one arrives.
-HOLD_SECONDS = 0.3
+HOLD_SECONDS = 0.5
 #: The exit status of a child that failed (its traceback is in its error file).
 
 
