@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-__all__ = ["INVARIANT_BROKEN", "OUTPUT", "BadInput", "check_output", "write_json"]
+__all__ = ["INVARIANT_BROKEN", "OUTPUT", "BadInput", "check_output", "write_json", "write_text"]
 
 #: Exit status when an invariant broke (a duplicate, a lost confirmation, a failed call).
 INVARIANT_BROKEN = 1
@@ -52,7 +52,11 @@ def write_json(output: Path, data: dict[str, Any], *, force: bool = False) -> No
     only with ``force`` (one created meanwhile is refused too). BadInput if
     the file cannot be written; nothing is left behind then.
     """
-    text = json.dumps(data, indent=2) + "\n"
+    write_text(output, json.dumps(data, indent=2) + "\n", force=force)
+
+
+def write_text(output: Path, text: str, *, force: bool = False) -> None:
+    """Write ``text`` to ``output`` whole or not at all, as :func:`write_json` does."""
     try:
         handle, name = tempfile.mkstemp(prefix=f".{output.name}.", dir=output.parent)
         temporary = Path(name)

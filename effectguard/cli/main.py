@@ -26,9 +26,17 @@ from effectguard.cli._reports import (
     BadInput,
     check_output,
     write_json,
+    write_text,
 )
 from effectguard.errors import EffectGuardError
-from effectguard.testkit.checker import EPISODE_KINDS, CheckInputError, load_check, run_check
+from effectguard.testkit.checker import (
+    EPISODE_KINDS,
+    PROCESS_KINDS,
+    CheckInputError,
+    load_check,
+    run_check,
+)
+from effectguard.testkit.receipt import render_html
 from effectguard.testkit.scenarios import SCENARIOS, ScenarioError, run_scenario
 
 __all__ = ["cli", "main"]
@@ -131,7 +139,14 @@ def cli(
     type=click.IntRange(min=1, max=10_000),
     default=len(EPISODE_KINDS),
     show_default=True,
-    help="Episodes to play; the faults (lost-ack, fail-before, timeout) take turns.",
+    help=f"Episodes to play in this process; the faults ({', '.join(EPISODE_KINDS)}) take turns.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=0, max=1_000),
+    default=len(PROCESS_KINDS),
+    show_default=True,
+    help=f"Episodes in other processes ({', '.join(PROCESS_KINDS)}, in turn); 0 plays none.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the arguments.")
 @click.option(
@@ -140,46 +155,72 @@ def cli(
     metavar="ARG",
     help="An argument that does not tell two requests apart (may stay out of the id).",
 )
+@click.option(
+    "--sandbox-url-env",
+    metavar="VAR",
+    help="The variable your tool reads its sandbox's http:// URL from: a proxy in front of it "
+    "drops the server's answers in lost-ack episodes.",
+)
 @click.option("--json", "json_path", type=OUTPUT, help="Write the JSON receipt to this new file.")
-@click.option("--force", is_flag=True, help="Let --json replace an existing file.")
+@click.option(
+    "--html", "html_path", type=OUTPUT, help="Write the HTML receipt (one self-contained page)."
+)
+@click.option("--force", is_flag=True, help="Let --json and --html replace existing files.")
 @click.pass_context
 def check(
     ctx: click.Context,
     tool_spec: str,
     counter: str | None,
     episodes: int,
+    processes: int,
     seed: int,
     same_request: tuple[str, ...],
+    sandbox_url_env: str | None,
     json_path: Path | None,
+    html_path: Path | None,
     force: bool,
 ) -> None:
     """Put your own @effect tool under injected faults and count the effects it made.
 
-    Each episode runs the tool in this process on a fresh temporary ledger:
+    Each episode runs the tool on a fresh temporary ledger: in this process,
     the acknowledgement lost after the handler returned, a failure before the
-    handler is called, a handler timeout. Then the contract's claims are
-    tested: the probe, idempotency_guaranteed, the operation id template.
-    The current directory is importable, as with python -m. Exit 0 when
-    everything held, 1 on a duplicate, a lost confirmation or a broken claim.
+    handler is called, a handler timeout, the ledger unavailable at the claim
+    and at the outcome; in child processes, a SIGKILL before and after the
+    send, and two processes racing on one operation. Then the contract's
+    claims are tested: the probe, idempotency_guaranteed, the operation id
+    template. The current directory is importable, as with python -m. Exit 0
+    when everything held, 1 on a duplicate, a lost confirmation or a broken
+    claim. The table goes to stdout, progress to stderr.
     """
+    if json_path is not None and html_path is not None and json_path == html_path:
+        msg = "--json and --html name the same file"
+        raise BadInput(msg)
     check_output(json_path, force=force)
+    check_output(html_path, force=force)
     if "" not in sys.path and str(Path.cwd()) not in sys.path:
         sys.path.insert(0, str(Path.cwd()))
     try:
-        subject = load_check(tool_spec, counter, same_request=same_request)
-        with progress_on_stderr("check", episodes) as advance:
-            report = run_check(subject, episodes=episodes, seed=seed, progress=advance)
+        subject = load_check(
+            tool_spec, counter, same_request=same_request, sandbox_url_env=sandbox_url_env
+        )
+        with progress_on_stderr("check", episodes + processes) as advance:
+            report = run_check(
+                subject, episodes=episodes, processes=processes, seed=seed, progress=advance
+            )
     except CheckInputError as exc:
         raise BadInput(str(exc)) from exc
     if counter is None:
         click.echo(
             "no --counter: effects are the handler's returns, and idempotency is not checked"
         )
+    click.echo(f"lost acknowledgements: {report.lost_ack_by}")
     for line in report.table():
         click.echo(line)
     click.echo(report.summary())
     if json_path is not None:
         write_json(json_path, report.to_json(), force=force)
+    if html_path is not None:
+        write_text(html_path, render_html(report, contract=subject.contract), force=force)
     if not report.held:
         ctx.exit(INVARIANT_BROKEN)
 

@@ -14,11 +14,17 @@ Installed with effectguard and loaded automatically (``pytest11`` entry point
   by Message-ID), both following ``fault_plan``.
 - ``assert_committed_once(provider, key)``: fails unless the provider committed
   exactly one effect under ``key`` (an idempotency key or Message-ID).
+- ``effect_check(tool, counter)``: plays ``agent-effect check``'s episodes
+  against your own ``@effect`` tool and fails the test with the receipt's
+  table when an episode or a claim of its contract does not hold; returns the
+  :class:`~effectguard.testkit.checker.CheckReport` otherwise.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import typing
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
 
@@ -26,11 +32,12 @@ import pytest
 # who installed effectguard: it imports the executor, the ledger and the fakes only
 # when a test asks for one of its fixtures.
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
     from pathlib import Path
 
     from effectguard._executor._machine import EffectExecutor
     from effectguard.ledger.sqlite import SQLiteEffectLedger
+    from effectguard.testkit.checker import CheckReport
     from effectguard.testkit.clock import ManualClock
     from effectguard.testkit.fakes.base import FakeProvider
     from effectguard.testkit.fakes.mail import FakeEmailProvider
@@ -39,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "assert_committed_once",
+    "effect_check",
     "effect_clock",
     "effect_executor",
     "effect_ledger",
@@ -123,3 +131,72 @@ def _assert_committed_once(provider: FakeProvider, key: str) -> None:
 def assert_committed_once() -> Callable[[FakeProvider, str], None]:
     """``assert_committed_once(provider, key)``: exactly one effect committed under ``key``."""
     return _assert_committed_once
+
+
+class EffectCheck(Protocol):
+    """The ``effect_check`` fixture's callable (see :func:`effect_check`)."""
+
+    def __call__(
+        self,
+        tool: object,
+        counter: Callable[[str, str | None], int] | None = None,
+        *,
+        episodes: int = ...,
+        processes: int = ...,
+        seed: int = ...,
+        same_request: Sequence[str] = ...,
+    ) -> CheckReport: ...
+
+
+def _effect_check(
+    tool: object,
+    counter: Callable[[str, str | None], int] | None = None,
+    *,
+    episodes: int | None = None,
+    processes: int | None = None,
+    seed: int = 0,
+    same_request: Sequence[str] = (),
+) -> CheckReport:
+    __tracebackhide__ = True
+    from effectguard.testkit import checker  # noqa: PLC0415 - loaded on use
+
+    counter_spec = None
+    if counter is not None:
+        counter_spec = f"{counter.__module__}:{getattr(counter, '__qualname__', counter)}"
+    try:
+        subject = checker.subject_of(
+            tool, counter, counter_spec=counter_spec, same_request=same_request
+        )
+    except checker.CheckInputError as exc:
+        refused = f"effect_check: {exc}"
+    else:
+        refused = ""
+    if refused:
+        pytest.fail(refused, pytrace=False)
+    report = checker.run_check(
+        subject,
+        episodes=len(checker.EPISODE_KINDS) if episodes is None else episodes,
+        processes=len(checker.PROCESS_KINDS) if processes is None else processes,
+        seed=seed,
+    )
+    if not report.held:
+        lines = [report.summary(), *report.table(), f"reproduce: {report.command}"]
+        pytest.fail("\n".join(lines), pytrace=False)
+    return report
+
+
+@pytest.fixture
+def effect_check() -> EffectCheck:
+    """``effect_check(tool, counter=None, *, episodes, processes, seed, same_request)``.
+
+    Plays the episodes of ``agent-effect check`` against ``tool`` (your
+    ``@effect`` function, with its probe), counting effects with ``counter(
+    operation_id, idempotency_key)``: in this process a lost acknowledgement,
+    a failure before the send, a handler timeout, the ledger unavailable at
+    the claim and at the outcome; in child processes a SIGKILL before and
+    after the send and two racing callers (the children import ``tool`` by its
+    module, so it must be importable by name, and its provider reachable from
+    another process). Fails the test with the receipt's table on a duplicate,
+    a lost confirmation or a broken claim; returns the report otherwise.
+    """
+    return typing.cast("EffectCheck", _effect_check)

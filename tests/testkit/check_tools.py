@@ -1,11 +1,16 @@
 """Tools for ``agent-effect check``'s tests, each over a FakePaymentProvider that counts captures.
 
-``PROVIDERS`` is replaced before each test (see ``fresh_providers``), so each
-test counts only its own captures.
+``PROVIDERS`` is replaced before each test (see ``reset``), so each test
+counts only its own captures. With ``EFFECTGUARD_CHECK_TOOLS_DIR`` set the
+providers live in SQLite files there, so that the checker's child processes
+(which import this module afresh) commit to the providers this process counts;
+without it they live in memory, in each process apart.
 """
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from effectguard import OutcomeProbeResult, effect
@@ -16,9 +21,15 @@ PROVIDERS: dict[str, FakePaymentProvider] = {}
 
 def reset() -> dict[str, FakePaymentProvider]:
     """Fresh providers: honest (deduplicates, strong lookup) and no-dedup (every send commits)."""
+    for provider in PROVIDERS.values():
+        provider.close()
     PROVIDERS.clear()
-    PROVIDERS["honest"] = FakePaymentProvider(idempotency_guaranteed=True, lookup=Lookup.STRONG)
-    PROVIDERS["no_dedup"] = FakePaymentProvider(idempotency_guaranteed=False, lookup=Lookup.STRONG)
+    shared = os.environ.get("EFFECTGUARD_CHECK_TOOLS_DIR")
+    for name, guaranteed in (("honest", True), ("no_dedup", False)):
+        path = None if shared is None else Path(shared) / f"{name}.db"
+        PROVIDERS[name] = FakePaymentProvider(
+            idempotency_guaranteed=guaranteed, lookup=Lookup.STRONG, path=path
+        )
     return PROVIDERS
 
 
@@ -113,3 +124,10 @@ NOT_CALLABLE = 3
 @effect(operation_id="capture:{invoice_id}", probe=lambda invoice_id, blob: None)
 def unannotated_capture(invoice_id: str, blob: object) -> None:
     """A tool with an argument the checker cannot draw (no simple annotation, no default)."""
+
+
+def counter_failing_later(operation_id: str, idempotency_key: str | None) -> int:
+    """A counter that answers the checker's up-front question, then fails on real operations."""
+    if operation_id == "effectguard-check-never-sent":
+        return 0
+    raise ConnectionError("sandbox went away")

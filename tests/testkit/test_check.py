@@ -7,23 +7,33 @@ import subprocess
 import sys
 from pathlib import Path
 
-import check_tools
 import pytest
 from click.testing import CliRunner
 
 from effectguard.cli.main import cli
-from effectguard.testkit.checker import EPISODE_KINDS, load_check, run_check
+from effectguard.testkit.checker import EPISODE_KINDS, PROCESS_KINDS, load_check, run_check
+from tests.testkit import check_tools
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = "tests.testkit.check_tools"
 
 
 @pytest.fixture(autouse=True)
-def providers(monkeypatch):
-    """Fresh fake providers for each test, shared with the tools the CLI imports by name."""
+def providers(monkeypatch, tmp_path):
+    """Fresh fake providers for each test, shared with the tools the CLI imports by name.
+
+    They live in files, so the checker's child processes commit to the very providers
+    this test counts.
+    """
     # The CLI imports the tools as tests.testkit.check_tools: let that be this very module.
     monkeypatch.setitem(sys.modules, TOOLS, check_tools)
-    return check_tools.reset()
+    shared = tmp_path / "providers"
+    shared.mkdir()
+    monkeypatch.setenv("EFFECTGUARD_CHECK_TOOLS_DIR", str(shared))
+    monkeypatch.chdir(ROOT)  # the children import tests.testkit.check_tools from here
+    yield check_tools.reset()
+    monkeypatch.delenv("EFFECTGUARD_CHECK_TOOLS_DIR", raising=False)
+    check_tools.reset()
 
 
 def check(*arguments: str):
@@ -46,14 +56,16 @@ def test_an_honest_tool_holds_with_one_effect_per_episode_counted_at_the_provide
         "--counter",
         f"{TOOLS}:count_honest",
         "--episodes",
-        "6",
+        str(2 * len(EPISODE_KINDS)),
     )
     assert result.exit_code == 0, result.output
     assert data["held"] is True
-    assert [e["fault"] for e in data["episodes"]] == [*EPISODE_KINDS, *EPISODE_KINDS]
+    faults = [e["fault"] for e in data["episodes"]]
+    assert faults == [*EPISODE_KINDS, *EPISODE_KINDS, *PROCESS_KINDS]
     provider = providers["honest"]
     for episode in data["episodes"]:
-        assert episode["effects"] == 1
+        assert episode["judged"], episode
+        assert episode["effects"] == 1, str(episode)
         assert provider.committed(episode["idempotency_key"]) == 1
         assert episode["status"] == "CONFIRMED"
         assert not episode["duplicate"]
@@ -63,7 +75,7 @@ def test_an_honest_tool_holds_with_one_effect_per_episode_counted_at_the_provide
         "idempotency_guaranteed": True,
         "operation_id": True,
     }
-    assert "HELD: 6/6 episodes held" in result.output
+    assert f"HELD: {len(faults)}/{len(faults)} episodes held" in result.output
 
 
 def test_a_lying_probe_is_named_and_its_duplicate_counted(tmp_path, providers):
@@ -141,6 +153,10 @@ def test_without_a_counter_the_report_says_so_and_counts_handler_returns(tmp_pat
             [f"{TOOLS}:honest_capture", "--same-request", "nope"],
             "--same-request names no parameter",
         ),
+        (
+            [f"{TOOLS}:honest_capture", "--sandbox-url-env", "EFFECTGUARD_CHECK_NO_SUCH_VAR"],
+            "the variable is not set",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_sends_nothing(arguments, message, providers, tmp_path):
@@ -151,7 +167,7 @@ def test_bad_input_is_one_line_exit_2_and_sends_nothing(arguments, message, prov
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not output.exists()
-    assert all(provider.requests == 0 for provider in providers.values())
+    assert all(provider.attempts() == 0 for provider in providers.values())
 
 
 def test_an_existing_json_file_is_refused_without_force(tmp_path):
@@ -168,10 +184,12 @@ def test_an_existing_json_file_is_refused_without_force(tmp_path):
     assert json.loads(output.read_text(encoding="utf-8"))["held"] is True
 
 
-def test_the_same_seed_gives_the_same_receipt():
+def test_the_same_seed_gives_the_same_receipt(monkeypatch, tmp_path):
     """Episodes draw their arguments from the seed: two runs of one seed report the same ids."""
     subject = load_check(f"{TOOLS}:honest_capture", f"{TOOLS}:count_honest")
     first = run_check(subject, seed=5).to_json()
+    (tmp_path / "again").mkdir()
+    monkeypatch.setenv("EFFECTGUARD_CHECK_TOOLS_DIR", str(tmp_path / "again"))
     check_tools.reset()
     assert run_check(subject, seed=5).to_json() == first
 
@@ -196,3 +214,164 @@ def test_a_real_process_reports_a_broken_contract_with_exit_1():
     )
     assert completed.returncode == 1, completed.stderr
     assert "claim idempotency_guaranteed: BROKEN" in completed.stdout
+
+
+def by_fault(data):
+    return {e["fault"]: e for e in data["episodes"]}
+
+
+def test_a_sigkill_after_the_send_is_recovered_once_by_an_honest_contract(tmp_path, providers):
+    """A child really killed after its capture committed: recovery confirms it, never resends."""
+    result, data = receipt(
+        tmp_path,
+        f"{TOOLS}:honest_capture",
+        "--counter",
+        f"{TOOLS}:count_honest",
+        "--episodes",
+        "1",
+    )
+    assert result.exit_code == 0, result.output
+    episodes = by_fault(data)
+    assert set(PROCESS_KINDS) <= set(episodes)
+    for fault in PROCESS_KINDS:
+        episode = episodes[fault]
+        assert episode["judged"], episode
+        assert providers["honest"].committed(episode["idempotency_key"]) == 1
+        assert providers["honest"].attempts(episode["idempotency_key"]) >= 1
+        assert episode["status"] == "CONFIRMED"
+
+
+def test_a_lying_probe_doubles_a_capture_after_a_sigkill_and_under_a_dead_ledger(
+    tmp_path, providers
+):
+    """Killed after the send, or its outcome unrecordable: the lying probe's resend is counted."""
+    result, data = receipt(
+        tmp_path,
+        f"{TOOLS}:lying_probe_capture",
+        "--counter",
+        f"{TOOLS}:count_no_dedup",
+        "--processes",
+        "3",
+    )
+    assert result.exit_code == 1, result.output
+    episodes = by_fault(data)
+    for fault in ("kill-after-send", "ledger-down-at-outcome"):
+        episode = episodes[fault]
+        assert episode["duplicate"] is True, episode
+        assert providers["no_dedup"].committed(episode["idempotency_key"]) == 2
+    # No send before a recorded claim: the ledger refusing the claim costs nothing.
+    claim = episodes["ledger-down-at-claim"]
+    assert providers["no_dedup"].committed(claim["idempotency_key"]) == 1
+    assert claim["note"] == ""
+    # Two real processes racing on one operation: the lease lets one of them send.
+    race = episodes["race"]
+    assert race["judged"] is True
+    assert race["note"] == ""  # the two processes overlapped: neither replayed the other
+    assert providers["no_dedup"].committed(race["idempotency_key"]) == 1
+
+
+def test_an_in_memory_provider_leaves_the_process_episodes_unjudged_and_says_why(
+    tmp_path, providers, monkeypatch
+):
+    """A counter blind to a child's effect: the episode is not judged, and the note says why."""
+    monkeypatch.delenv("EFFECTGUARD_CHECK_TOOLS_DIR")
+    check_tools.reset()
+    result, data = receipt(
+        tmp_path, f"{TOOLS}:honest_capture", "--counter", f"{TOOLS}:count_honest"
+    )
+    assert result.exit_code == 0, result.output
+    after_send = by_fault(data)["kill-after-send"]
+    assert after_send["judged"] is False
+    assert "not shared between processes" in after_send["note"]
+    assert "not judged" in data["summary"]
+
+
+def test_a_child_that_cannot_import_the_tool_is_reported_not_judged(tmp_path, monkeypatch):
+    """The tool imports here but not in a fresh interpreter: the episodes say what failed."""
+    from effectguard.testkit.checker import subject_of  # noqa: PLC0415 - the test's subject
+
+    subject = subject_of(
+        check_tools.honest_capture, check_tools.count_honest, spec="no_such_module_xyz:tool"
+    )
+    report = run_check(subject, episodes=0, processes=1)
+    (episode,) = report.episodes
+    assert episode.judged is False
+    assert "ModuleNotFoundError" in episode.note or "cannot import" in episode.note
+
+
+def test_the_html_receipt_is_self_contained_and_escapes_what_it_shows(tmp_path, providers):
+    """--html: one page, no script or external asset, the evidence escaped, the command there."""
+    output = tmp_path / "receipt.html"
+    arguments = [f"{TOOLS}:lying_probe_capture", "--counter", f"{TOOLS}:count_no_dedup"]
+    result = check(*arguments, "--html", str(output), "--seed", "3", "--processes", "1")
+    assert result.exit_code == 1, result.output
+    page = output.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert "<script" not in page
+    assert "http://" not in page
+    assert "https://" not in page
+    assert "src=" not in page
+    assert "the probe answered NOT_COMMITTED for key &#x27;capture:" in page
+    assert (
+        "agent-effect check tests.testkit.check_tools:lying_probe_capture --counter "
+        "tests.testkit.check_tools:count_no_dedup --episodes 5 --processes 1 --seed 3" in page
+    )
+    for fault in [*EPISODE_KINDS, "kill-before-send"]:
+        assert f"<td>{fault}</td>" in page
+    refused = check(*arguments, "--html", str(output))
+    assert refused.exit_code == 2
+    assert "already exists" in refused.output
+    assert output.read_text(encoding="utf-8") == page
+
+
+def test_html_escapes_a_hostile_tool_name():
+    """Text from the report never becomes markup."""
+    from effectguard.testkit.checker import CheckReport, ClaimCheck  # noqa: PLC0415 - the test's subject
+    from effectguard.testkit.receipt import render_html  # noqa: PLC0415 - the test's subject
+
+    report = CheckReport(
+        tool="<script>alert(1)</script>",
+        counter=None,
+        counted_by="x",
+        seed=0,
+        episodes=(),
+        claims=(ClaimCheck("probe", held=False, evidence='"><img src=x>'),),
+    )
+    page = render_html(report)
+    assert "<script>" not in page
+    assert "<img" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_a_tool_that_misses_the_proxy_is_told_so(tmp_path, monkeypatch):
+    """--sandbox-url-env naming a URL the tool never calls: the lost-ack episode says so."""
+    monkeypatch.setenv("EFFECTGUARD_CHECK_UNUSED_URL", "http://127.0.0.1:9")
+    result, data = receipt(
+        tmp_path,
+        f"{TOOLS}:honest_capture",
+        "--counter",
+        f"{TOOLS}:count_honest",
+        "--sandbox-url-env",
+        "EFFECTGUARD_CHECK_UNUSED_URL",
+        "--processes",
+        "0",
+    )
+    assert result.exit_code == 0, result.output
+    assert "never went through the proxy" in data["episodes"][0]["note"]
+    assert "--sandbox-url-env EFFECTGUARD_CHECK_UNUSED_URL" in data["command"]
+
+
+def test_a_counter_that_fails_mid_check_stops_it_in_one_line(tmp_path):
+    """The counter raising once effects exist: one line naming it and the operation, exit 2."""
+    output = tmp_path / "receipt.json"
+    result = check(
+        f"{TOOLS}:honest_capture",
+        "--counter",
+        f"{TOOLS}:counter_failing_later",
+        "--json",
+        str(output),
+    )
+    assert result.exit_code == 2, result.output
+    assert "raised ConnectionError: sandbox went away while counting operation" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not output.exists()
