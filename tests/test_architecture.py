@@ -23,7 +23,7 @@ PACKAGE = ROOT / "effectguard"
 MAP = ROOT / "docs" / "architecture.md"
 
 #: Agent frameworks and engines: only their adapter (effectguard/adapters/) may import one.
-FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "agents", "mcp", "celery")
+FRAMEWORKS = ("langgraph", "langchain_core", "pydantic_ai", "agents", "mcp", "celery", "crewai")
 
 
 def _modules() -> dict[str, Path]:

@@ -39,7 +39,17 @@ def test_the_celery_adapter_without_its_extra_names_the_extra():
     assert "pip install 'effectguard[celery]'" in last
 
 
+def test_the_crewai_adapter_without_its_extra_names_the_extra():
+    """ImportError naming effectguard[crewai] when crewai is missing."""
+    done = _import("effectguard.adapters.crewai", ("crewai",))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: effectguard.adapters.crewai needs the 'crewai' extra")
+    assert "pip install 'effectguard[crewai]'" in last
+
+
 def test_the_adapters_package_imports_no_framework():
     """effectguard.adapters (the shared part) imports with every framework hidden."""
-    done = _import("effectguard.adapters", ("langgraph", "langchain_core", "pydantic_ai", "celery"))
+    hidden = ("langgraph", "langchain_core", "pydantic_ai", "celery", "crewai")
+    done = _import("effectguard.adapters", hidden)
     assert done.returncode == 0, done.stderr
