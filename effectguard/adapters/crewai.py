@@ -43,6 +43,7 @@ operation and share one dispatch.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
 import json
@@ -61,13 +62,20 @@ from effectguard.adapters._common import (
     Pending,
     PendingEffect,
     PublicSignature,
+    _refusal,
     classify,
     is_pending_payload,
     public_signature,
     run_effect,
+    run_effect_async,
 )
 from effectguard.adapters._effect_tools import as_text
-from effectguard.errors import ConfigurationError, EffectGuardError
+from effectguard.errors import (
+    ConfigurationError,
+    EffectGuardError,
+    OperationConflictError,
+    OutputNotStored,
+)
 
 try:
     from crewai.hooks import (
@@ -253,15 +261,7 @@ class EffectTool(BaseTool):
         _failure.set(None)
         try:
             scope = _scope(self.run_id, public.name)
-            if scope is None:
-                # No run to scope by: a business-key operation id needs none, and one that
-                # reads the scope raises a ConfigurationError before anything is recorded.
-                result = fn.execute(**arguments)
-                outcome = classify(fn, result, tool=public.name, tool_call_id=public.name)
-                return _text(outcome, _awaiting(fn, arguments, None, outcome))
-            outcome = run_effect(
-                fn, arguments, scope=scope, tool=public.name, tool_call_id=scope.call_id
-            )
+            outcome = _outcome(fn, public, arguments, scope)
             return _text(outcome, _awaiting(fn, arguments, scope, outcome))
         except Exception as exc:
             # CrewAI would run the body again and show the model the error: keep it for
@@ -272,6 +272,31 @@ class EffectTool(BaseTool):
                 f"{public.name} could not be completed ({type(exc).__name__}: {exc}). "
                 f"Do not call {public.name} again in this run; tell the user it needs attention."
             )
+
+
+def _outcome(
+    fn: Any, public: PublicSignature, arguments: Mapping[str, Any], scope: CallScope | None
+) -> Outcome:
+    """Run one call; an async tool in its own event loop, as CrewAI runs async functions.
+
+    CrewAI calls a tool body in a thread without a running loop (``kickoff_async``
+    runs the crew in a worker thread), so ``asyncio.run`` is safe here.
+    """
+    is_async = inspect.iscoroutinefunction(fn)
+    if scope is not None:
+        tool, call_id = public.name, scope.call_id
+        if is_async:
+            return asyncio.run(
+                run_effect_async(fn, arguments, scope=scope, tool=tool, tool_call_id=call_id)
+            )
+        return run_effect(fn, arguments, scope=scope, tool=tool, tool_call_id=call_id)
+    # No run to scope by: a business-key operation id needs none, and one that reads the
+    # scope raises a ConfigurationError before anything is recorded.
+    try:
+        result = asyncio.run(fn.execute(**arguments)) if is_async else fn.execute(**arguments)
+    except (OperationConflictError, OutputNotStored) as exc:
+        return _refusal(exc, public.name)
+    return classify(fn, result, tool=public.name, tool_call_id=public.name)
 
 
 def _awaiting(
@@ -373,8 +398,10 @@ def waiting(
     """
     table = {}
     for given in tools:
-        fn = given.effect_function if isinstance(given, EffectTool) else given
-        table[public_signature(fn).name if not isinstance(given, EffectTool) else given.name] = fn
+        if isinstance(given, EffectTool):
+            table[given.name] = given.effect_function
+        else:
+            table[public_signature(given).name] = given
     effects = paused.pending if isinstance(paused, CrewPaused) else list(paused)
     still = []
     for effect in effects:

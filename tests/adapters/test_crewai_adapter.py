@@ -7,6 +7,9 @@ scripted LLM (crewai_support), offline.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -21,6 +24,8 @@ from effectguard.testkit import Fault
 
 crewai = import_extra("crewai", "crewai")
 
+from crewai.flow.flow import Flow, start  # noqa: E402 - after the extra's check
+from crewai.flow.persistence import SQLiteFlowPersistence, persist  # noqa: E402
 from crewai_support import ScriptLLM, action, final, shop_crew  # noqa: E402 - after the check
 
 from effectguard.adapters.crewai import (  # noqa: E402 - imports crewai, after the check
@@ -51,9 +56,10 @@ def test_the_schema_is_exactly_the_business_parameters_with_their_descriptions(t
     shop.close()
 
 
-def test_a_confirmed_capture_reaches_the_model_and_the_crew_finishes(tmp_path):
-    """One call: the provider commits once, the model reads the output, the crew answers."""
-    shop = open_shop(tmp_path)
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_confirmed_capture_reaches_the_model_and_the_crew_finishes(tmp_path, kind):
+    """One call (sync or async tool): one commit, the model reads the output, the crew answers."""
+    shop = open_shop(tmp_path, kind=kind)
     llm = ScriptLLM([action("capture", I7), final("Captured INV-7.")])
     out = shop_crew(llm, shop.capture).kickoff()
     assert out.raw == "Captured INV-7."
@@ -64,8 +70,12 @@ def test_a_confirmed_capture_reaches_the_model_and_the_crew_finishes(tmp_path):
 
 
 def test_two_identical_calls_in_parallel_crews_dispatch_once(tmp_path):
-    """Two crews in two threads make the same capture at once: one dispatch, both get its output."""
-    shop = open_shop(tmp_path)
+    """Two crews in two threads make the same capture at once: one dispatch, both get its output.
+
+    The provider holds the first request for a second (a late commit), so the
+    second call finds it dispatching and waits for it rather than replaying.
+    """
+    shop = open_shop(tmp_path, payment_faults=[Fault.LATE_COMMIT], late_commit_after=1.0)
     llms = [ScriptLLM([action("capture", I7), final("Captured INV-7.")]) for _ in range(2)]
     crews = [shop_crew(llm, shop.capture, run_id="order-7") for llm in llms]
     outputs: list[str] = []
@@ -141,6 +151,29 @@ def test_a_restart_in_a_new_process_after_confirm_commits_once(tmp_path):
     shop.close()
 
 
+def test_a_process_killed_after_the_commit_leaves_a_pause_that_a_new_process_honours(tmp_path):
+    """SIGKILL between commit and record: the next process pauses, unsent; after confirm, once."""
+    killed = subprocess.run(
+        [sys.executable, str(CHILD), "run", str(tmp_path), "crash_after_commit"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    shop = open_shop(tmp_path)
+    assert (shop.payments.committed(), shop.payments.attempts()) == (1, 1)
+    assert shop.ledger.get(OPERATION).status is EffectStatus.DISPATCHED
+
+    [pending] = report(CHILD, "run", str(tmp_path))["pending"]
+    assert (pending["operation_id"], pending["status"]) == (OPERATION, "QUARANTINED")
+    assert (shop.payments.committed(), shop.payments.attempts()) == (1, 1)
+
+    confirm_with_cli(shop.ledger_path, OPERATION, shop.payments.effects()[0]["response"])
+    assert report(CHILD, "run", str(tmp_path))["final"] == "Captured INV-7."
+    assert (shop.payments.committed(), shop.payments.attempts()) == (1, 1)
+    shop.close()
+
+
 def test_a_conflicting_call_is_refused_to_the_model_without_inviting_a_retry(tmp_path):
     """call_scoped: another amount in the same task and run is a conflict; nothing more sent."""
     shop = open_shop(tmp_path)
@@ -190,4 +223,70 @@ def test_a_call_scoped_tool_without_a_run_id_fails_to_the_application_sending_no
     assert "call scope" in str(failed.value)
     assert shop.payments.attempts() == 0
     assert shop.ledger.list_operations() == []
+    shop.close()
+
+
+def test_a_crew_a_flow_created_is_scoped_by_the_flows_state_id(tmp_path):
+    """No run_id=: a call-scoped operation id takes the run from the parent Flow's state id."""
+    shop = open_shop(tmp_path)
+
+    @effect(operation_id=call_scoped("refund"), executor=EffectExecutor(shop.ledger))
+    def refund(invoice_id: str, *, idempotency_key: str = INJECTED) -> dict:
+        """Refund an invoice.
+
+        Args:
+            invoice_id: The invoice to refund.
+            idempotency_key: Supplied by the executor.
+        """
+        return shop.payments.capture(invoice_id, 1, idempotency_key=idempotency_key)
+
+    class RefundFlow(Flow):
+        @start()
+        def refund_it(self) -> str:
+            llm = ScriptLLM([action("refund", {"invoice_id": "INV-7"}), final("Refunded.")])
+            return str(shop_crew(llm, refund).kickoff().raw)
+
+    flow = RefundFlow()
+    assert flow.kickoff() == "Refunded."
+    [record] = shop.ledger.list_operations()
+    assert record.operation_id.startswith(f"refund:{flow.state['id']}:")
+    assert shop.payments.committed() == 1
+    shop.close()
+
+
+def test_a_persisted_flow_resumed_by_its_id_stays_paused_then_refunds_once(tmp_path):
+    """@persist flow, lost ack: kicked off by its id, paused and unsent; after confirm, once."""
+    shop = open_shop(tmp_path, payment_faults=[Fault.LOSE_ACK])
+    flows = SQLiteFlowPersistence(db_path=str(tmp_path / "flows.db"))
+
+    @effect(operation_id=call_scoped("refund"), executor=EffectExecutor(shop.ledger))
+    def refund(invoice_id: str, *, idempotency_key: str = INJECTED) -> dict:
+        """Refund an invoice.
+
+        Args:
+            invoice_id: The invoice to refund.
+            idempotency_key: Supplied by the executor.
+        """
+        return shop.payments.capture(invoice_id, 1, idempotency_key=idempotency_key)
+
+    @persist(flows)
+    class RefundFlow(Flow):
+        @start()
+        def refund_it(self) -> str:
+            llm = ScriptLLM([action("refund", {"invoice_id": "INV-7"}), final("Refunded.")])
+            return str(shop_crew(llm, refund).kickoff().raw)
+
+    first = RefundFlow()
+    flow_id = first.state["id"]
+    with pytest.raises(CrewPaused) as paused:
+        first.kickoff()
+    [pending] = paused.value.pending
+    assert pending.operation_id.startswith(f"refund:{flow_id}:")
+    with pytest.raises(CrewPaused):
+        RefundFlow().kickoff(inputs={"id": flow_id})
+    assert (shop.payments.committed(), shop.payments.attempts()) == (1, 1)
+
+    confirm_with_cli(shop.ledger_path, pending.operation_id, shop.payments.effects()[0]["response"])
+    assert RefundFlow().kickoff(inputs={"id": flow_id}) == "Refunded."
+    assert (shop.payments.committed(), shop.payments.attempts()) == (1, 1)
     shop.close()
