@@ -125,7 +125,9 @@ RunId = str | Callable[[CrewCall], str]
 
 # Set by a before-tool-call hook for the tool body that runs right after it, in the same
 # thread: CrewAI passes a tool only its arguments, and its hooks are where the task is seen.
-_current_call: contextvars.ContextVar[CrewCall | None] = contextvars.ContextVar(
+# It holds the tool the hook saw too, so a body run without the hooks (``tool.run(...)``
+# directly) never takes another call's task for its own.
+_current_call: contextvars.ContextVar[tuple[object, CrewCall] | None] = contextvars.ContextVar(
     "effectguard_crewai_call", default=None
 )
 # A failure of the infrastructure (no executor, ledger unreachable, scope missing) in the tool
@@ -156,7 +158,7 @@ class CrewPaused(EffectGuardError):
 def _before(context: ToolCallHookContext) -> None:
     tool = getattr(context.tool, "_original_tool", None)
     if isinstance(tool, EffectTool):
-        _current_call.set(CrewCall(context.crew, context.task, context.agent))
+        _current_call.set((tool, CrewCall(context.crew, context.task, context.agent)))
 
 
 def _after(context: ToolCallHookContext) -> None:
@@ -179,9 +181,11 @@ def _flow_id(call: CrewCall) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _scope(run_id: RunId | None, tool: str) -> CallScope | None:
-    """The call scope of this call, or None when nothing names the run."""
-    call = _current_call.get() or CrewCall(None, None, None)
+def _scope(made: EffectTool, run_id: RunId | None, tool: str) -> CallScope | None:
+    """The call scope of this call of ``made``, or None when nothing names the run."""
+    current = _current_call.get()
+    seen = current is not None and current[0] is made
+    call = current[1] if current is not None and seen else CrewCall(None, None, None)
     if run_id is None:
         run = _flow_id(call)
     else:
@@ -260,7 +264,7 @@ class EffectTool(BaseTool):
         fn, public = self.effect_function, self._public
         _failure.set(None)
         try:
-            scope = _scope(self.run_id, public.name)
+            scope = _scope(self, self.run_id, public.name)
             outcome = _outcome(fn, public, arguments, scope)
             return _text(outcome, _awaiting(fn, arguments, scope, outcome))
         except Exception as exc:
