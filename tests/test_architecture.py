@@ -35,6 +35,7 @@ FRAMEWORKS = (
     "google",
     "llama_index",
     "workflows",
+    "crewai",
 )
 
 

@@ -78,6 +78,13 @@ def test_the_llama_index_adapter_without_its_extra_names_the_extra(missing):
         "ImportError: effectguard.adapters.llama_index needs the 'llama-index' extra"
     )
     assert "pip install 'effectguard[llama-index]'" in last
+def test_the_crewai_adapter_without_its_extra_names_the_extra():
+    """ImportError naming effectguard[crewai] when crewai is missing."""
+    done = _import("effectguard.adapters.crewai", ("crewai",))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: effectguard.adapters.crewai needs the 'crewai' extra")
+    assert "pip install 'effectguard[crewai]'" in last
 
 
 def test_the_adapters_package_imports_no_framework():
@@ -92,6 +99,7 @@ def test_the_adapters_package_imports_no_framework():
         "dbos",
         "llama_index",
         "workflows",
+        "crewai",
     )
     done = _import("effectguard.adapters", hidden)
     assert done.returncode == 0, done.stderr
