@@ -78,6 +78,8 @@ def test_the_llama_index_adapter_without_its_extra_names_the_extra(missing):
         "ImportError: effectguard.adapters.llama_index needs the 'llama-index' extra"
     )
     assert "pip install 'effectguard[llama-index]'" in last
+
+
 def test_the_crewai_adapter_without_its_extra_names_the_extra():
     """ImportError naming effectguard[crewai] when crewai is missing."""
     done = _import("effectguard.adapters.crewai", ("crewai",))
