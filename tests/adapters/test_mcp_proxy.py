@@ -73,8 +73,10 @@ def upstream_command(directory: Path, *flags: str) -> str:
     return shlex.join([sys.executable, str(UPSTREAM), str(directory), *flags])
 
 
-def proxy(directory: Path, contracts: str, *flags: str) -> StdioServerParameters:
-    """The proxy over the upstream in ``directory`` (started with ``flags``), as a client starts it."""
+def proxy(
+    directory: Path, contracts: str, *flags: str, ledger: str | None = None
+) -> StdioServerParameters:
+    """The proxy over the upstream in ``directory`` (with ``flags``), as a host starts it."""
     path = directory / "contracts.toml"
     path.write_text(contracts, encoding="utf-8")
     return StdioServerParameters(
@@ -85,7 +87,7 @@ def proxy(directory: Path, contracts: str, *flags: str) -> StdioServerParameters
             "--upstream",
             upstream_command(directory, *flags),
             "--db",
-            str(directory / "ledger.db"),
+            ledger or str(directory / "ledger.db"),
         ],
         env=dict(os.environ),
     )
@@ -276,9 +278,13 @@ def test_a_proxy_killed_while_the_answer_is_lost_settles_on_the_retry(directory)
 
 
 @pytest.mark.slow
-def test_an_unsettled_payment_waits_for_the_operator_across_a_restart(directory):
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_an_unsettled_payment_waits_for_the_operator_across_a_restart(directory, backend, request):
     """No key, no probe: a lost answer pauses; a killed and restarted proxy sends nothing more."""
-    server = proxy(directory, UNPROBED, "lose-ack", "no-dedupe")
+    ledger = str(directory / "ledger.db")
+    if backend == "postgres":
+        ledger = request.getfixturevalue("postgres_target")
+    server = proxy(directory, UNPROBED, "lose-ack", "no-dedupe", ledger=ledger)
 
     async def paused_then_killed() -> Any:
         async with Client(server) as client:
@@ -288,7 +294,7 @@ def test_an_unsettled_payment_waits_for_the_operator_across_a_restart(directory)
 
     try:
         paused = asyncio.run(paused_then_killed())
-    except BaseException as exc:  # noqa: BLE001 - the killed session's own error
+    except BaseException as exc:
         pytest.fail(f"the first call did not return: {exc!r}")
     assert paused.is_error
     payload = paused.meta[META_KEY]
@@ -307,7 +313,7 @@ def test_an_unsettled_payment_waits_for_the_operator_across_a_restart(directory)
     answer = provider.effects()[0]["response"]
     assert provider.attempts() == 1
     provider.close()
-    confirm_with_cli(str(directory / "ledger.db"), "payment:INV-1", answer)
+    confirm_with_cli(ledger, "payment:INV-1", answer)
     (confirmed,) = asyncio.run(calls(server, ("create_payment", I1)))
     assert not confirmed.is_error
     assert confirmed.structured_content == answer
@@ -329,9 +335,11 @@ BAD_CONTRACTS = {
         "names {order_id}, which create_payment does not require",
     ),
     "unknown probe tool": (
-        '[tools.create_payment]\noperation_id = "payment:{invoice_id}"\n'
-        '[tools.create_payment.probe]\ntool = "lookup_payment"\nfield = "status"\n'
-        'committed = ["succeeded"]\n',
+        (
+            '[tools.create_payment]\noperation_id = "payment:{invoice_id}"\n'
+            '[tools.create_payment.probe]\ntool = "lookup_payment"\nfield = "status"\n'
+            'committed = ["succeeded"]\n'
+        ),
         "the upstream has no tool 'lookup_payment' to look create_payment up with",
     ),
 }
@@ -378,8 +386,10 @@ def test_every_mistake_of_a_file_is_listed(directory):
         encoding="utf-8",
     )
     done = subprocess.run(
-        [PROXY, "--contracts", str(path), "--upstream", upstream_command(directory)]
-        + ["--db", str(directory / "ledger.db")],
+        [
+            *(PROXY, "--contracts", str(path), "--upstream", upstream_command(directory)),
+            *("--db", str(directory / "ledger.db")),
+        ],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
