@@ -73,10 +73,13 @@ from effectguard.errors import (
 from effectguard.ledger import EffectLedger, open_ledger
 
 try:
+    import anyio
     from mcp import Client, StdioServerParameters
     from mcp.server.lowlevel import Server
     from mcp.server.stdio import stdio_server
+    from mcp.shared.exceptions import MCPError
     from mcp_types import (
+        CONNECTION_CLOSED,
         CallToolRequestParams,
         CallToolResult,
         ListToolsResult,
@@ -98,6 +101,7 @@ __all__ = [
     "GuardingProxy",
     "ProbeSpec",
     "ToolContract",
+    "UpstreamClosedError",
     "check_contracts",
     "load_contracts",
     "serve",
@@ -108,6 +112,8 @@ logger = logging.getLogger("effectguard.adapters.mcp_proxy")
 
 #: How long a guarded call waits for the upstream's answer unless its table says ``timeout``.
 DEFAULT_TIMEOUT = 30.0
+#: How often the upstream is asked for its tools, so a closed connection stops the proxy soon.
+WATCH_INTERVAL = 2.0
 
 _TOOL_KEYS = frozenset(
     {
@@ -139,6 +145,10 @@ class ContractsError(ConfigurationError):
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = tuple(problems)
         super().__init__("\n".join(self.problems))
+
+
+class UpstreamClosedError(ConnectionError):
+    """The upstream's connection closed: the proxy stops, so that its host starts it again."""
 
 
 class UpstreamToolError(Exception):
@@ -599,6 +609,8 @@ class GuardingProxy:
     ) -> None:
         self._upstream = upstream
         self._executor = executor
+        #: Set once the upstream's connection is seen closed: nothing is recorded or sent after.
+        self.upstream_closed = False
         self._guarded: dict[str, _Guarded] = {}
         listed = {tool.name: tool for tool in tools}
         for name, spec in contracts.items():
@@ -701,6 +713,21 @@ class GuardingProxy:
             return OutcomeProbeResult.pending(evidence)
         return OutcomeProbeResult.unknown(evidence)
 
+    async def check_upstream(self) -> bool:
+        """Ask the upstream for its tools; False (and :attr:`upstream_closed`) once it is gone.
+
+        Only a closed connection counts: any other failure of the question
+        leaves the upstream presumed alive.
+        """
+        try:
+            await self._upstream.list_tools(cache_mode="bypass")
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                self.upstream_closed = True
+            else:
+                logger.debug("MCP proxy: the upstream's tools/list failed: %s", exc)
+        return not self.upstream_closed
+
     async def list_tools(self) -> list[Tool]:
         """The upstream's tools as the client sees them."""
         return list(self._tools)
@@ -711,8 +738,26 @@ class GuardingProxy:
         """Forward a read as it is; run a write tool's call through the ledger."""
         guarded = self._guarded.get(name)
         given = dict(arguments or {})
+        if guarded is not None and not self.upstream_closed:
+            # A request first: an error answer to a call that could never have been sent looks
+            # like one to a call in flight (CONNECTION_CLOSED both), and only the second is a
+            # write whose outcome is unknown.
+            await self.check_upstream()
+        if self.upstream_closed:
+            message = (
+                f"{name} was not sent: the connection to the upstream server is closed and "
+                "this proxy is stopping; call it again once the host has restarted it"
+            )
+            return refused_result(Refused(message, None, retry_safe=True))
         if guarded is None:
-            return await self._upstream.call_tool(name, given)
+            try:
+                return await self._upstream.call_tool(name, given)
+            except MCPError as exc:
+                if exc.code != CONNECTION_CLOSED:
+                    raise
+                self.upstream_closed = True
+                message = f"{name}: the connection to the upstream server closed; call it again"
+                return refused_result(Refused(message, None, retry_safe=True))
         return await self._guarded_call(guarded, given, request_id)
 
     async def _guarded_call(
@@ -759,7 +804,12 @@ class GuardingProxy:
             request = dict(sent)
             if spec.idempotency_key_argument is not None:
                 request[spec.idempotency_key_argument] = idempotency_key
-            result = await self._upstream.call_tool(spec.tool, request)
+            try:
+                result = await self._upstream.call_tool(spec.tool, request)
+            except MCPError as exc:
+                if exc.code == CONNECTION_CLOSED:
+                    self.upstream_closed = True
+                raise
             if result.is_error:
                 text = _text(result) or "no message"
                 if spec.upstream_error == "rejected":
@@ -824,17 +874,39 @@ async def serve(
 
     Raises :class:`ContractsError` (every problem, one line each) before the
     ledger is opened or anything is served when the contracts do not fit the
-    upstream's tools; only ``tools/list`` was sent upstream by then.
+    upstream's tools; only ``tools/list`` was sent upstream by then. Raises
+    :class:`UpstreamClosedError` when the upstream's connection closes (its
+    process exited): from then on every call was refused unsent, and a host
+    that restarts the proxy gets a fresh connection.
     """
     checked = load_contracts(contracts_path) if contracts is None else contracts
+    closed = False
     async with upstream_client(upstream) as client:
         tools = await _all_tools(client)
         problems = check_contracts(contracts_path, checked, tools)
         if not problems:
-            await _serve_checked(client, tools, checked, ledger)
+            closed = await _serve_checked(client, tools, checked, ledger)
     # Raised out here: inside, the client's task group would wrap it in an exception group.
     if problems:
         raise ContractsError(problems)
+    if closed:
+        msg = (
+            f"the upstream ({upstream}) closed its connection; nothing more was sent. "
+            "Start the proxy again: the ledger holds every guarded call"
+        )
+        raise UpstreamClosedError(msg)
+
+
+async def _watch(proxy: GuardingProxy, scope: anyio.CancelScope) -> None:
+    """Ask after the upstream; once its connection is closed, refuse every call and stop serving.
+
+    Without this, a proxy whose upstream died would go on recording writes it
+    can no longer send, each an unknown outcome for an operator to settle.
+    """
+    while await proxy.check_upstream():  # noqa: ASYNC110 - the closed connection has no event to await
+        await anyio.sleep(WATCH_INTERVAL)
+    logger.error("MCP proxy: the upstream closed its connection; stopping")
+    scope.cancel()
 
 
 async def _serve_checked(
@@ -842,14 +914,19 @@ async def _serve_checked(
     tools: Sequence[Tool],
     contracts: Mapping[str, ToolContract],
     ledger: str | EffectLedger,
-) -> None:
+) -> bool:
+    """Serve until the client ends the session (False) or the upstream's connection closes."""
     opened = open_ledger(ledger)
     try:
         proxy = GuardingProxy(client, tools, contracts, EffectExecutor(opened))
         server = proxy.server()
         logger.info("MCP proxy: %d tools, guarding %s", len(tools), ", ".join(sorted(contracts)))
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        async with anyio.create_task_group() as group:
+            group.start_soon(_watch, proxy, group.cancel_scope)
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+            group.cancel_scope.cancel()  # the client ended the session
     finally:
         if opened is not ledger:
             opened.close()
+    return proxy.upstream_closed

@@ -25,6 +25,7 @@ import pytest
 from effect_shop import confirm_with_cli
 from extras_support import import_extra
 
+from effectguard import open_ledger
 from effectguard.testkit import FakePaymentProvider
 
 mcp = import_extra("mcp", "mcp")
@@ -401,3 +402,37 @@ def test_every_mistake_of_a_file_is_listed(directory):
     assert len(lines) == 2, done.stderr
     assert "order_id" in lines[0]
     assert "refund_payment" in lines[1]
+
+
+def gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie its parent has not reaped yet counts)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.slow
+def test_a_dead_upstream_records_nothing_and_stops_the_proxy(directory):
+    """The upstream dies: a write is refused unsent and unrecorded, and the proxy exits."""
+    seen: list[Any] = []
+
+    async def scenario() -> None:
+        async with Client(proxy(directory, guarded())) as client:
+            await client.list_tools()
+            pids = json.loads((directory / "upstream.json").read_text(encoding="utf-8"))
+            os.kill(pids["pid"], signal.SIGKILL)
+            seen.extend([pids["ppid"], await client.call_tool("create_payment", I1)])
+            await asyncio.to_thread(wait_for, lambda: gone(pids["ppid"]))
+
+    with suppress(Exception, BaseExceptionGroup):  # the session of a proxy that exited
+        asyncio.run(scenario())
+    proxy_pid, result = seen
+    assert result.is_error
+    assert "was not sent" in result.content[0].text
+    assert gone(proxy_pid)
+    ledger = open_ledger(str(directory / "ledger.db"))
+    assert ledger.get("payment:INV-1") is None
+    ledger.close()
+    assert committed(directory) == 0
