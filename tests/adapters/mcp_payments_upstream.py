@@ -7,7 +7,8 @@ one committed; its counts are what every test asserts on. Flags:
 
 - ``lose-ack``: the first attempt of each payment commits and its answer is lost
   (the tool fails with a timeout); ``hang`` instead never answers it at all;
-- ``no-dedupe``: the provider ignores idempotency keys (every request commits).
+- ``no-dedupe``: the provider ignores idempotency keys (every request commits);
+- ``http=PORT``: serve streamable HTTP on 127.0.0.1:PORT (path ``/mcp``) instead of stdio.
 
 Each start writes ``DIR/upstream.json`` (this pid and its parent's, the proxy's),
 so a test can kill the proxy in the middle of a call.
@@ -77,7 +78,11 @@ def main() -> None:
         """Every payment committed so far (a read: it changes nothing)."""
         return {"count": payments.committed(), "payments": payments.effects()}
 
-    server.run("stdio")
+    ports = [flag.removeprefix("http=") for flag in flags if flag.startswith("http=")]
+    if ports:
+        server.run("streamable-http", port=int(ports[0]))
+    else:
+        server.run("stdio")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -75,7 +76,11 @@ def upstream_command(directory: Path, *flags: str) -> str:
 
 
 def proxy(
-    directory: Path, contracts: str, *flags: str, ledger: str | None = None
+    directory: Path,
+    contracts: str,
+    *flags: str,
+    ledger: str | None = None,
+    upstream: str | None = None,
 ) -> StdioServerParameters:
     """The proxy over the upstream in ``directory`` (with ``flags``), as a host starts it."""
     path = directory / "contracts.toml"
@@ -86,7 +91,7 @@ def proxy(
             "--contracts",
             str(path),
             "--upstream",
-            upstream_command(directory, *flags),
+            upstream or upstream_command(directory, *flags),
             "--db",
             ledger or str(directory / "ledger.db"),
         ],
@@ -436,3 +441,40 @@ def test_a_dead_upstream_records_nothing_and_stops_the_proxy(directory):
     assert ledger.get("payment:INV-1") is None
     ledger.close()
     assert committed(directory) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+def test_a_streamable_http_upstream_is_guarded_the_same(directory):
+    """Over streamable HTTP: the lost answer is found by the probe; a retry replays; one payment."""
+    port = free_port()
+    command = [sys.executable, str(UPSTREAM), str(directory), "lose-ack", "no-dedupe"]
+    server = subprocess.Popen(
+        [*command, f"http={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_for(lambda: listening(port))
+        url = f"http://127.0.0.1:{port}/mcp"
+        contracts = guarded(guaranteed=False)
+        first, retry = asyncio.run(
+            calls(proxy(directory, contracts, upstream=url), *[("create_payment", I1)] * 2)
+        )
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+    assert not first.is_error, first.content[0].text
+    assert retry.structured_content == first.structured_content
+    provider = payments(directory)
+    assert provider.committed() == 1
+    assert provider.attempts() == 1
+    provider.close()
