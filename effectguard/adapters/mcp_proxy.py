@@ -46,6 +46,7 @@ is called upstream.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -148,7 +149,10 @@ class ContractsError(ConfigurationError):
 
 
 class UpstreamClosedError(ConnectionError):
-    """The upstream's connection closed: the proxy stops, so that its host starts it again."""
+    """The upstream cannot be reached, or its connection closed: the proxy stops (exit 1).
+
+    Its host may start it again; the ledger holds every guarded call.
+    """
 
 
 class UpstreamToolError(Exception):
@@ -881,8 +885,14 @@ async def serve(
     """
     checked = load_contracts(contracts_path) if contracts is None else contracts
     closed = False
-    async with upstream_client(upstream) as client:
-        tools = await _all_tools(client)
+    async with contextlib.AsyncExitStack() as stack:
+        client = upstream_client(upstream)
+        try:
+            await stack.enter_async_context(client)
+            tools = await _all_tools(client)
+        except Exception as exc:
+            msg = f"cannot reach the upstream ({upstream}): {_innermost(exc)}"
+            raise UpstreamClosedError(msg) from exc
         problems = check_contracts(contracts_path, checked, tools)
         if not problems:
             closed = await _serve_checked(client, tools, checked, ledger)
@@ -895,6 +905,13 @@ async def serve(
             "Start the proxy again: the ledger holds every guarded call"
         )
         raise UpstreamClosedError(msg)
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The first error an exception group holds (anyio's task groups wrap what they raise)."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
 
 
 async def _watch(proxy: GuardingProxy, scope: anyio.CancelScope) -> None:

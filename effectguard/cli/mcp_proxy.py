@@ -16,7 +16,7 @@ from typing import NoReturn
 import click
 
 import effectguard
-from effectguard.cli._ops_click import EXIT_REFUSED, EXIT_USAGE
+from effectguard.cli._ops_click import EXIT_REFUSED, EXIT_USAGE, OpsCommand
 
 __all__ = ["main"]
 
@@ -42,6 +42,7 @@ def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
 
 
 @click.command(
+    cls=OpsCommand,  # a usage error is one line, as in agent-effect-ops
     epilog=EXIT_CODES_HELP,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )

@@ -478,3 +478,24 @@ def test_a_streamable_http_upstream_is_guarded_the_same(directory):
     assert provider.committed() == 1
     assert provider.attempts() == 1
     provider.close()
+
+
+@pytest.mark.parametrize("upstream", ["http", "command"])
+def test_an_upstream_that_cannot_be_reached_is_one_line(directory, upstream):
+    """No server at the URL, or a command that does not exist: one line, exit 1, no ledger."""
+    target = f"http://127.0.0.1:{free_port()}/mcp" if upstream == "http" else "no-such-server-x"
+    path = directory / "contracts.toml"
+    path.write_text(UNPROBED, encoding="utf-8")
+    done = subprocess.run(
+        [PROXY, "--contracts", str(path), "--upstream", target, "--db", str(directory / "l.db")],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert f"cannot reach the upstream ({target})" in lines[0]
+    assert not (directory / "l.db").exists()
