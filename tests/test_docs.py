@@ -107,6 +107,7 @@ PUBLIC_MODULES = {
     "effectguard.adapters.celery",
     "effectguard.adapters.langgraph",
     "effectguard.adapters.mcp",
+    "effectguard.adapters.mcp_proxy",
     "effectguard.adapters.openai_agents",
     "effectguard.adapters.pydantic_ai",
     "benchmarks",
