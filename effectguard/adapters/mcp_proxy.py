@@ -227,6 +227,12 @@ def _template_names(template: str) -> list[str] | str:
     return names
 
 
+def _names(template: str) -> list[str]:
+    """The argument names of a template already checked (none for one that is not)."""
+    names = _template_names(template)
+    return names if isinstance(names, list) else []
+
+
 def _path(value: object) -> tuple[str, ...] | None:
     if isinstance(value, str) and value and all(part for part in value.split(".")):
         return tuple(value.split("."))
@@ -560,8 +566,8 @@ def _among(value: Any, values: tuple[Scalar, ...]) -> bool:
 
 def _render(template: str, values: Mapping[str, Any]) -> Any:
     """A template over ``values``; one ``{name}`` alone keeps the value's JSON type."""
-    names = _template_names(template)
-    if isinstance(names, list) and len(names) == 1 and template == f"{{{names[0]}}}":
+    names = _names(template)
+    if len(names) == 1 and template == f"{{{names[0]}}}":
         return values[names[0]]
     return template.format_map(values)
 
@@ -661,7 +667,9 @@ class GuardingProxy:
                 arguments: Mapping[str, Any], *, idempotency_key: str | None
             ) -> OutcomeProbeResult:
                 found = operation_id(arguments)
-                return await self._probe(lookup, found, arguments, idempotency_key)
+                # A lookup that never answers is a probe that raised: UNKNOWN, with the reason.
+                with anyio.fail_after(spec.timeout):
+                    return await self._probe(lookup, found, arguments, idempotency_key)
 
             probe = look_up
         return EffectContract(
@@ -687,6 +695,7 @@ class GuardingProxy:
         values = {**arguments, "operation_id": operation_id, "idempotency_key": idempotency_key}
         sent = {name: _render(template, values) for name, template in lookup.arguments.items()}
         result = await self._upstream.call_tool(lookup.tool, sent)
+        # Stored as evidence; the executor masks the values of redacted arguments in it.
         evidence: dict[str, Any] = {"probe": lookup.tool, "arguments": sent}
         if result.is_error:
             return OutcomeProbeResult.unknown({**evidence, "error": _text(result)})

@@ -15,7 +15,7 @@ import pytest
 from extras_support import import_extra
 
 from effectguard import EffectExecutor, EffectStatus, open_ledger
-from effectguard.testkit import FakePaymentProvider, Lookup
+from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 mcp = import_extra("mcp", "mcp")
 
@@ -50,6 +50,12 @@ def upstream(provider: FakePaymentProvider, *, refuse: bool = False) -> MCPServe
     def find_charge(reference: str, verbose: bool = False) -> dict[str, Any]:
         """Look a charge up."""
         found = provider.find_capture(reference)
+        return {"status": "missing"} if found is None else {"status": "ok", "charge": found}
+
+    @server.tool()
+    def find_card_charge(card_number: str, invoice_id: str) -> dict[str, Any]:
+        """Look a charge up by card and invoice."""
+        found = provider.find_capture(f"charge:{invoice_id}") if card_number else None
         return {"status": "missing"} if found is None else {"status": "ok", "charge": found}
 
     return server
@@ -205,3 +211,23 @@ def test_an_upstream_error_is_an_unknown_outcome_by_default(tmp_path):
     assert result.is_error
     assert result.meta["io.effectguard/effect"]["status"] == "QUARANTINED"
     ledger.close()
+
+
+def test_a_probe_argument_made_from_a_redacted_one_is_masked_in_the_evidence(tmp_path):
+    """A lost answer settled by a lookup by card: confirmed, and no card number in the ledger."""
+    provider = FakePaymentProvider(lookup=Lookup.STRONG, faults=FaultPlan([Fault.LOSE_ACK]))
+    contracts = GOOD + (
+        "redact = ['card_number']\n[tools.charge_card.probe]\ntool = 'find_card_charge'\n"
+        "arguments = { card_number = '{card_number}', invoice_id = '{invoice_id}' }\n"
+        "field = 'status'\ncommitted = ['ok']\nnot_found = ['missing']\noutput = 'charge'\n"
+    )
+    (result,), ledger = guarded_calls(tmp_path, contracts, provider, CHARGE)
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content["invoice_id"] == "INV-7"
+    evidence = json.dumps([event.evidence for event in ledger.events("charge:INV-7")])
+    assert '"probe": "find_card_charge"' in evidence
+    assert '"arguments": {"card_number": "[redacted]", "invoice_id": "INV-7"}' in evidence
+    ledger.close()
+    assert (tmp_path / "ledger.db").read_bytes().find(CHARGE["card_number"].encode()) == -1
+    assert provider.committed() == 1
+    assert provider.attempts() == 1
