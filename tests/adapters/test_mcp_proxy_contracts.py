@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from extras_support import import_extra
 
-from effectguard import EffectExecutor, EffectStatus, open_ledger
+from effectguard import EffectExecutor, EffectStatus, ProbeStatus, open_ledger
 from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup
 
 mcp = import_extra("mcp", "mcp")
@@ -30,6 +30,12 @@ from effectguard.adapters.mcp_proxy import (  # noqa: E402 - imports mcp, after 
     load_contracts,
 )
 
+LOOKUP = {
+    ProbeStatus.COMMITTED: "ok",
+    ProbeStatus.NOT_COMMITTED: "missing",
+    ProbeStatus.PENDING: "processing",
+    ProbeStatus.UNKNOWN: "unknown",
+}
 CHARGE = {"card_number": "4242424242424242", "invoice_id": "INV-7", "amount_cents": 500}
 
 
@@ -49,8 +55,8 @@ def upstream(provider: FakePaymentProvider, *, refuse: bool = False) -> MCPServe
     @server.tool()
     def find_charge(reference: str, verbose: bool = False) -> dict[str, Any]:
         """Look a charge up."""
-        found = provider.find_capture(reference)
-        return {"status": "missing"} if found is None else {"status": "ok", "charge": found}
+        found = provider.probe({}, idempotency_key=reference)
+        return {"status": LOOKUP[found.status], "charge": found.output}
 
     @server.tool()
     def find_card_charge(card_number: str, invoice_id: str) -> dict[str, Any]:
@@ -231,3 +237,23 @@ def test_a_probe_argument_made_from_a_redacted_one_is_masked_in_the_evidence(tmp
     assert (tmp_path / "ledger.db").read_bytes().find(CHARGE["card_number"].encode()) == -1
     assert provider.committed() == 1
     assert provider.attempts() == 1
+
+
+def test_a_pending_lookup_is_asked_again_never_resent(tmp_path):
+    """The lookup says processing, then ok: confirmed by the second look, sent once."""
+    provider = FakePaymentProvider(
+        idempotency_guaranteed=False, faults=FaultPlan([Fault.PENDING], pending_probes=1)
+    )
+    contracts = GOOD + (
+        "[tools.charge_card.probe]\ntool = 'find_charge'\n"
+        "arguments = { reference = '{idempotency_key}' }\nfield = 'status'\n"
+        "committed = ['ok']\nnot_found = ['missing']\npending = ['processing']\n"
+        "output = 'charge'\n"
+    )
+    (result,), ledger = guarded_calls(tmp_path, contracts, provider, CHARGE)
+    assert not result.is_error, result.content[0].text
+    assert result.structured_content["invoice_id"] == "INV-7"
+    assert provider.committed() == 1
+    assert provider.attempts() == 1
+    assert provider.lookups == 2
+    ledger.close()
