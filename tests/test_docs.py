@@ -114,6 +114,7 @@ PUBLIC_MODULES = {
     "effectguard.adapters.langgraph",
     "effectguard.adapters.llama_index",
     "effectguard.adapters.mcp",
+    "effectguard.adapters.mcp_proxy",
     "effectguard.adapters.openai_agents",
     "effectguard.adapters.pydantic_ai",
     "effectguard.adapters.temporal",

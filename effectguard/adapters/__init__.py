@@ -9,7 +9,8 @@ imports it. What every adapter shares is exported here: the pending payload a
 paused run carries (:class:`PendingEffect`), the outcome of one call, and the
 framework-free steps (:func:`run_effect`, :func:`resume_effect`) an adapter for
 another framework can be built on, and the payload of a request awaiting a
-person's approval (:class:`ApprovalRequest`).
+person's approval (:class:`ApprovalRequest`). :mod:`effectguard.adapters.mcp_proxy`
+(extra ``mcp``) guards an MCP server written elsewhere, from outside.
 """
 
 from effectguard._describe import PublicSignature, public_signature

@@ -55,6 +55,7 @@ __all__ = [
     "Refused",
     "classify",
     "is_pending_payload",
+    "ledger_command",
     "operator_command",
     "public_signature",
     "require_effect",
@@ -189,7 +190,12 @@ def operator_command(fn: Any, operation_id: str, status: EffectStatus | None = N
     connection string (and no password) ever lands in a payload a framework
     checkpoints.
     """
-    target = ledger_reference(executor_of(fn).ledger)
+    return ledger_command(executor_of(fn).ledger, operation_id, status)
+
+
+def ledger_command(ledger: object, operation_id: str, status: EffectStatus | None = None) -> str:
+    """Like :func:`operator_command`, for an operation of ``ledger`` run without an ``@effect``."""
+    target = ledger_reference(ledger)
     if status is EffectStatus.AWAITING_APPROVAL:
         return (
             f"agent-effect-ops --db {target} approve {shlex.quote(operation_id)} "
@@ -209,10 +215,13 @@ def classify(
     tool: str,
     tool_call_id: str,
     run_id: str | None = None,
+    ledger: object | None = None,
 ) -> Outcome:
     """Return what ``result`` means for the framework: confirmed, pending, or refused.
 
     ``run_id`` is the call scope's, kept in a pending payload (None without a scope).
+    ``ledger`` names the ledger in the operator command when ``fn`` is no
+    ``@effect`` function (a contract run on an executor directly).
     """
     status, operation = result.status, result.operation_id
     if status is EffectStatus.CONFIRMED:
@@ -238,7 +247,11 @@ def classify(
             status=status,
             reason=result.reason,
             attempts=result.attempts,
-            operator_command=operator_command(fn, operation, status),
+            operator_command=(
+                operator_command(fn, operation, status)
+                if ledger is None
+                else ledger_command(ledger, operation, status)
+            ),
             run_id=run_id,
         )
     )

@@ -62,6 +62,7 @@ from effectguard.adapters._common import (
     public_signature,
 )
 from effectguard.adapters._effect_tools import as_text, keyword_parameters, stand_in
+from effectguard.adapters._mcp_results import PENDING_META_KEY, pending_result
 from effectguard.errors import ConfigurationError, OperationConflictError, OutputNotStored
 
 try:
@@ -80,10 +81,6 @@ __all__ = ["PENDING_META_KEY", "register", "register_all"]
 
 logger = logging.getLogger("effectguard.adapters.mcp")
 
-#: The ``_meta`` key of a paused call's result: its pending payload, or its approval payload
-#: (``kind`` tells them apart) when the request awaits a person's approval.
-PENDING_META_KEY = "io.effectguard/effect"
-
 _SCOPED_TYPE = type(call_scoped("x"))
 
 
@@ -99,23 +96,6 @@ def _refuse_scoped(fn: Any, tool: str) -> None:
             'operation id over its arguments, e.g. operation_id="invoice:{invoice_id}:capture"'
         )
         raise ConfigurationError(msg)
-
-
-def _pending_result(pending: Pending) -> CallToolResult:
-    effect = pending.effect
-    payload = effect.to_json()
-    text = (
-        f"The outcome of {effect.tool} is not confirmed: operation {effect.operation_id} is "
-        f"{effect.status.value}. Do not report it as done. An operator must resolve it in the "
-        "effect ledger; retry this call later with the same arguments: a retry dispatches "
-        "nothing until the operator has acted, then returns the confirmed output."
-    )
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=payload,
-        is_error=True,
-        _meta={PENDING_META_KEY: payload},
-    )
 
 
 def _approval_result(
@@ -181,7 +161,7 @@ async def _call(fn: Any, public: PublicSignature, arguments: dict[str, Any], req
             outcome.effect.operation_id,
             outcome.effect.status.value,
         )
-        return _pending_result(outcome)
+        return pending_result(outcome)
     output = outcome.output
     if isinstance(output, Mapping):
         # Structured whatever the annotation says (a bare ``dict`` gets no output schema).
