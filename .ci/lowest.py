@@ -3,6 +3,10 @@
 Reads ``pyproject.toml`` (dependencies and every optional extra) and pins each
 requirement that has a ``>=`` lower bound to exactly that bound, so CI can check
 that the floors it declares really work together.
+
+``--without A,B`` leaves out the requirements of extras A and B (whose own
+dependencies need more than other floors allow: they are tested at their floors
+in an environment of their own); ``--only A,B`` pins only theirs.
 """
 
 from __future__ import annotations
@@ -13,11 +17,15 @@ import tomllib
 from pathlib import Path
 
 
-def floors(pyproject: Path) -> dict[str, str]:
+def floors(
+    pyproject: Path, without: frozenset[str] = frozenset(), only: frozenset[str] | None = None
+) -> dict[str, str]:
     """Each requirement's distribution name and its lowest allowed version."""
     project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
-    requirements = list(project.get("dependencies", []))
-    for extra in project.get("optional-dependencies", {}).values():
+    requirements = list(project.get("dependencies", [])) if only is None else []
+    for name, extra in project.get("optional-dependencies", {}).items():
+        if name in without or (only is not None and name not in only):
+            continue
         requirements.extend(extra)
     found: dict[str, str] = {}
     for requirement in requirements:
@@ -31,7 +39,15 @@ def floors(pyproject: Path) -> dict[str, str]:
     return found
 
 
+def _extras(option: str, args: list[str]) -> frozenset[str] | None:
+    if option not in args:
+        return None
+    return frozenset(args[args.index(option) + 1].split(","))
+
+
 if __name__ == "__main__":
-    root = Path(sys.argv[1] if len(sys.argv) > 1 else ".")
-    pins = sorted(floors(root / "pyproject.toml").items())
+    args = sys.argv[1:]
+    root = Path(args[0] if args and not args[0].startswith("--") else ".")
+    without = _extras("--without", args) or frozenset()
+    pins = sorted(floors(root / "pyproject.toml", without, _extras("--only", args)).items())
     sys.stdout.write("".join(f"{name}=={version}\n" for name, version in pins))
