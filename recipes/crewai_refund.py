@@ -63,13 +63,13 @@ def step(workdir: Path) -> dict[str, Any]:
     from crewai import Agent, Crew, CrewOutput, Task  # noqa: PLC0415 - after offline()
     from crewai.llms.base_llm import BaseLLM  # noqa: PLC0415 - after offline()
 
-    from effectguard import INJECTED, EffectExecutor, SQLiteEffectLedger, effect  # noqa: PLC0415
+    from effectguard import INJECTED, EffectExecutor, SQLiteEffectLedger, effect  # noqa: PLC0415 - after offline()
     from effectguard.adapters.crewai import (  # noqa: PLC0415 - after offline()
         CrewPaused,
         as_crewai_tool,
         stop_on_unconfirmed,
     )
-    from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup  # noqa: PLC0415
+    from effectguard.testkit import FakePaymentProvider, Fault, FaultPlan, Lookup  # noqa: PLC0415 - after offline()
 
     class RefundAPI(FakePaymentProvider):
         """Stands in for your provider's refund endpoint: a fake that counts what it committed."""
@@ -169,7 +169,7 @@ def run_step(workdir: Path) -> dict[str, Any]:
 def operator_confirms(workdir: Path) -> None:
     """The operator finds the refund at the provider and confirms it in the ledger."""
     from effectguard import SQLiteEffectLedger  # noqa: PLC0415 - the parent needs no CrewAI
-    from effectguard.testkit import FakePaymentProvider, Lookup  # noqa: PLC0415
+    from effectguard.testkit import FakePaymentProvider, Lookup  # noqa: PLC0415 - the parent needs no CrewAI
 
     api = FakePaymentProvider(
         idempotency_guaranteed=False, lookup=Lookup.NONE, path=workdir / "api.db"

@@ -62,7 +62,6 @@ from effectguard.adapters._common import (
     public_signature,
 )
 from effectguard.adapters._effect_tools import as_text, keyword_parameters, stand_in
-from effectguard.adapters._mcp_results import PENDING_META_KEY, pending_result
 from effectguard.errors import ConfigurationError, OperationConflictError, OutputNotStored
 
 try:
@@ -76,6 +75,9 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
         f"({exc.name} is not installed): pip install 'effectguard[mcp]'"
     )
     raise ImportError(msg, name=exc.name) from exc
+
+# After the framework's check, so a missing extra is named for this module.
+from effectguard.adapters._mcp_results import PENDING_META_KEY, pending_result
 
 __all__ = ["PENDING_META_KEY", "register", "register_all"]
 

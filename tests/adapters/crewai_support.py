@@ -31,7 +31,7 @@ os.environ.setdefault("XDG_DATA_HOME", tempfile.mkdtemp(prefix="effectguard-crew
 from crewai import Agent, Crew, Task  # noqa: E402 - after the environment is set
 from crewai.llms.base_llm import BaseLLM  # noqa: E402 - after the environment is set
 
-from effectguard.adapters.crewai import as_crewai_tool, stop_on_unconfirmed  # noqa: E402
+from effectguard.adapters.crewai import as_crewai_tool, stop_on_unconfirmed  # noqa: E402 - after the environment is set
 
 
 def action(tool: str, arguments: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ from effectguard.testkit import Fault
 crewai = import_extra("crewai", "crewai")
 
 from crewai.flow.flow import Flow, start  # noqa: E402 - after the extra's check
-from crewai.flow.persistence import SQLiteFlowPersistence, persist  # noqa: E402
+from crewai.flow.persistence import SQLiteFlowPersistence, persist  # noqa: E402 - after the extra's check
 from crewai_support import ScriptLLM, action, final, shop_crew  # noqa: E402 - after the check
 
 from effectguard.adapters.crewai import (  # noqa: E402 - imports crewai, after the check

@@ -131,4 +131,4 @@ def test_adk_keeps_the_models_arguments_in_the_session_unredacted(refunds: Refun
     session = asyncio.run(scenario())
     [original] = [c for e in session.events for c in e.get_function_calls() if c.name == "refund"]
     assert original.args["card_token"] == ARGUMENTS["card_token"]
-    assert refunds.ledger.get(OPERATION).arguments["card_token"] == "[redacted]"  # noqa: S105
+    assert refunds.ledger.get(OPERATION).arguments["card_token"] == "[redacted]"  # noqa: S105 - the mask

@@ -16,7 +16,7 @@ import_extra("llama_index.core", "llama-index")
 
 from llama_index_support import Script, shop_agent, until_paused  # noqa: E402 - after the check
 
-from effectguard.adapters.llama_index import record_approval, resume_event  # noqa: E402
+from effectguard.adapters.llama_index import record_approval, resume_event  # noqa: E402 - after the check
 
 
 @pytest.fixture(params=["sync", "async"])
