@@ -846,7 +846,7 @@ class StateMachine:
         self, call: Call
     ) -> Generator[Step, Any, EffectResult[Any] | OperationRecord]:
         """Claim an operation no record was found for and work it; the record found if one won."""
-        if call.needs_approval():
+        if call.contract.requires_approval is not False and call.needs_approval():
             return (yield from self._request_approval(call))
         token = _token()
         TOKENS.hold(token)
@@ -2061,7 +2061,7 @@ class EffectExecutor:
             if record.fingerprint == call.fingerprint and record.status.terminal:
                 return self._replayed(call, record, commits, unheard=unheard)
             return self._drive(call, states.reported(call, states.drive(call, record)))
-        if call.needs_approval():
+        if call.contract.requires_approval is not False and call.needs_approval():
             return self._drive(call, states.reported(call, states.drive(call, None)))
         token = _token()
         TOKENS.hold(token)
