@@ -16,7 +16,7 @@ import effectguard
 PACKAGE = Path(effectguard.__file__).parent
 
 _IMPORT_EVERYTHING = """
-import json, logging, pkgutil, importlib
+import json, logging, pkgutil, importlib, re
 
 class Keep(logging.Handler):
     def __init__(self):
@@ -45,7 +45,8 @@ for module in pkgutil.walk_packages(effectguard.__path__, "effectguard.", skip_u
         name = exc.name or getattr(exc.__cause__, "name", None)
         if name is None or name.split(".")[0] == "effectguard":
             raise
-        missing[module.name] = name
+        extra = re.search(r"effectguard\\[([^\\]]+)\\]", str(exc))
+        missing[module.name] = [name, extra.group(1) if extra else None]
 loggers = [
     name for name, logger in logging.root.manager.loggerDict.items()
     if name.startswith("effectguard") and isinstance(logger, logging.Logger) and logger.handlers
@@ -71,7 +72,10 @@ def test_importing_effectguard_logs_nothing_and_installs_no_handler():
     assert done.stderr == "", done.stderr
     assert logging.getLogger("effectguard").handlers == []
     if missing:
-        needs = ", ".join(f"{module} (needs {name})" for module, name in sorted(missing.items()))
+        needs = ", ".join(
+            f"{module} (needs the {extra!r} extra: {name} is not installed)"
+            for module, (name, extra) in sorted(missing.items())
+        )
         pytest.skip(f"checked every module but those of extras not installed: {needs}")
 
 
