@@ -48,9 +48,9 @@ from console_support import (  # noqa: E402 - imported once the extra is known t
     waiting_run,
 )
 from selenium import webdriver  # noqa: E402 - imported once the extra is known to be installed
+from selenium.common.exceptions import WebDriverException  # noqa: E402 - imported once the extra is known to be installed
 from selenium.webdriver.chrome.service import Service  # noqa: E402 - imported once the extra is known to be installed
 from selenium.webdriver.common.by import By  # noqa: E402 - imported once the extra is known to be installed
-from selenium.webdriver.support.expected_conditions import staleness_of  # noqa: E402 - imported once the extra is known to be installed
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402 - imported once the extra is known to be installed
 
 from effectguard import EffectStatus, open_ledger  # noqa: E402 - imported once the extra is known to be installed
@@ -122,10 +122,24 @@ def _go(browser: Any, element: Any) -> None:
 
     A click returns as soon as it is dispatched; looking for the next page's
     elements before it has replaced this one finds nothing, or this page's.
+
+    A mark set on this page's window is gone once another document has replaced
+    it. Asked while the navigation is under way, chromedriver may answer with an
+    inspector error ("Node with given id does not belong to the document")
+    instead of a stale element, so such errors only mean "not yet".
     """
-    page = browser.find_element(By.TAG_NAME, "html")
+    browser.execute_script("window.effectguardLeft = true;")
     element.click()
-    WebDriverWait(browser, 20).until(staleness_of(page))
+    WebDriverWait(browser, 20, ignored_exceptions=(WebDriverException,)).until(_replaced)
+
+
+def _replaced(browser: Any) -> bool:
+    """True once the marked page is gone and its successor has loaded."""
+    return bool(
+        browser.execute_script(
+            "return window.effectguardLeft === undefined && document.readyState === 'complete';"
+        )
+    )
 
 
 def _serve(workdir: Path) -> tuple[subprocess.Popen[str], str]:
