@@ -79,7 +79,7 @@ def _child(request: Mapping[str, Any]) -> None:
             time.sleep(0.001)
     started = time.time()
     try:
-        result = executor.execute(contract, arguments, handler)
+        result = subject.execute(executor, contract, arguments, handler)
         outcome: dict[str, Any] = {"status": result.status.value, "replayed": result.replayed}
     except EffectGuardError as exc:  # the other racer holds the operation: what it does counts
         outcome = {"status": type(exc).__name__, "replayed": False}

@@ -42,10 +42,14 @@ the counter shows committed. For an HTTP tool, ``proxy_url`` puts a TCP proxy
 (:mod:`effectguard.testkit.http_proxy`) in front of the sandbox: the
 ``lost-ack`` episode then drops the response on the wire once the request
 reached the server.
+
+An async tool is called through ``execute_async``, on one event loop that its
+coroutines, its probe and an async counter share for the whole check.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import inspect
@@ -63,7 +67,7 @@ import threading
 import time
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,7 +76,7 @@ from effectguard._contract import EffectContract
 from effectguard._decorator import Tool, _tool_of
 from effectguard._executor import EffectExecutor
 from effectguard._executor._machine import seeded_jitter
-from effectguard._model import EffectStatus, OutcomeProbeResult, ProbeStatus
+from effectguard._model import EffectResult, EffectStatus, OutcomeProbeResult, ProbeStatus
 from effectguard.errors import EffectGuardError, LedgerUnavailableError
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
@@ -124,6 +128,41 @@ _ADDRESS_NAMES = frozenset({"to", "email", "recipient", "sender", "cc", "bcc"})
 _NEEDS_PERSON = frozenset({EffectStatus.QUARANTINED, EffectStatus.AWAITING_APPROVAL})
 
 
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _checker_loop() -> asyncio.AbstractEventLoop:
+    """The event loop every coroutine of a checked async tool runs on, on a daemon thread.
+
+    One loop for the whole check, as in an application: a client the tool keeps
+    between calls (bound to the loop it first ran on) keeps working.
+    """
+    global _loop  # noqa: PLW0603 - one loop per process, started on first use
+    with _loop_lock:
+        if _loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="effectguard-check-loop", daemon=True
+            ).start()
+            _loop = loop
+        return _loop
+
+
+async def _awaited(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+def _on_loop(awaitable: Awaitable[Any]) -> Any:
+    """Run ``awaitable`` on the checker's loop and return its result, from any other thread."""
+    return asyncio.run_coroutine_threadsafe(_awaited(awaitable), _checker_loop()).result()
+
+
+def _resolved(answer: Any) -> Any:
+    """``answer``, or its result when an async tool, probe or counter gave an awaitable."""
+    return _on_loop(answer) if inspect.isawaitable(answer) else answer
+
+
 class CheckInputError(ValueError):
     """The tool or the counter cannot be checked as given; nothing was sent."""
 
@@ -165,7 +204,34 @@ class Subject:
         if self.instance is not None:
             func = types.MethodType(func, self.instance)
         args, kwargs = self.tool.shape.tool_call(self.instance, arguments, key)
-        return func(*args, **kwargs)
+        return _resolved(func(*args, **kwargs))
+
+    def execute(
+        self,
+        executor: EffectExecutor,
+        contract: EffectContract,
+        arguments: Mapping[str, Any],
+        handler: Callable[..., Any],
+    ) -> EffectResult[Any]:
+        """One guarded call, as the tool makes it: an async tool through ``execute_async``.
+
+        An async tool's executor, its probe and the tool's own coroutines (which
+        ``handler`` reaches through :meth:`call`) share the checker's one event loop.
+        """
+        if self.tool.is_async:
+            run: Coroutine[Any, Any, EffectResult[Any]] = executor.execute_async(
+                contract, arguments, handler
+            )
+            result: EffectResult[Any] = _on_loop(run)
+            return result
+        return executor.execute(contract, arguments, handler)
+
+    def probe(self, arguments: Mapping[str, Any], key: str | None) -> Any:
+        """The contract's probe asked once about ``arguments``, awaited for an async probe."""
+        probe = self.contract.outcome_probe
+        if probe is None:
+            return None
+        return _resolved(probe(arguments, idempotency_key=key))
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,8 +445,6 @@ def subject_of(
         tool, instance = _tool_of(tool_object, "agent-effect check")
     except TypeError:
         raise CheckInputError(f"tool {spec!r} is not an @effect tool") from None
-    if tool.is_async:
-        raise CheckInputError(f"tool {spec!r}: only synchronous tools can be checked yet")
     if tool.shape.is_method_like and instance is None:
         raise CheckInputError(
             f"tool {spec!r} is a method: name it through the object it is bound to, "
@@ -409,7 +473,7 @@ def subject_of(
 
 def _preflight(counter: Counter, spec: str) -> None:
     try:
-        answer = counter("effectguard-check-never-sent", "effectguard-check-never-sent")
+        answer = _resolved(counter("effectguard-check-never-sent", "effectguard-check-never-sent"))
     except Exception as exc:
         msg = f"counter {spec!r} raised {type(exc).__name__}: {exc}"
         raise CheckInputError(msg) from exc
@@ -480,7 +544,7 @@ class _Counts:
         if self.subject.counter is None:
             return self.returns.get(operation_id, 0)
         try:
-            answer = self.subject.counter(operation_id, key)
+            answer = _resolved(self.subject.counter(operation_id, key))
         except Exception as exc:
             msg = (
                 f"counter {self.subject.counter_spec!r} raised {type(exc).__name__}: {exc} "
@@ -578,6 +642,7 @@ def _handler(
 
 
 def _first_call(
+    subject: Subject,
     run: _Run,
     contract: EffectContract,
     arguments: Mapping[str, Any],
@@ -589,7 +654,7 @@ def _first_call(
         run.make_unavailable()
     refused = False
     try:
-        run.executor.execute(contract, arguments, handler)
+        subject.execute(run.executor, contract, arguments, handler)
     except LedgerUnavailableError:
         refused = True
     except EffectGuardError as exc:
@@ -622,7 +687,7 @@ def _episode(
         handler = _handler(subject, counts, fault, run, released, first_thread, dropped)
         try:
             try:
-                note = _first_call(run, contract, arguments, handler, fault)
+                note = _first_call(subject, run, contract, arguments, handler, fault)
             finally:
                 released.set()
             # A handler past its deadline records its late return from its own thread:
@@ -639,8 +704,8 @@ def _episode(
             if fault == "ledger-down-at-claim" and before:
                 note = f"{before} effect(s) were made while the ledger could not record the claim"
             # A later call settles what the fault left open; one after it must replay.
-            run.executor.execute(contract, arguments, handler)
-            again = run.executor.execute(contract, arguments, handler)
+            subject.execute(run.executor, contract, arguments, handler)
+            again = subject.execute(run.executor, contract, arguments, handler)
             record = run.ledger.get(operation_id)
         finally:
             run.close()
@@ -699,13 +764,12 @@ def _probe_claim(subject: Subject, counts: _Counts, seed: int) -> ClaimCheck:  #
             held=None,
             evidence=f"the counter shows no effect for key {key!r} after a return",
         )
-    probe = contract.outcome_probe
-    if probe is None:  # refused by load_check
+    if contract.outcome_probe is None:  # refused by load_check
         return ClaimCheck("probe", held=None, evidence="the tool has no probe")
     answers: list[ProbeStatus] = []
     for _ in range(_PROBES):
         try:
-            result = probe(arguments, idempotency_key=key)
+            result = subject.probe(arguments, key)
         except Exception as exc:  # noqa: BLE001 - a probe that raises is reported, not fatal
             return ClaimCheck(
                 "probe", held=False, evidence=f"the probe raised {type(exc).__name__}: {exc}"
@@ -951,7 +1015,7 @@ def _process_episode(
             handler = _counting(subject, counts)
             for _ in range(2):
                 try:
-                    executor.execute(contract, arguments, handler)
+                    subject.execute(executor, contract, arguments, handler)
                 except EffectGuardError as exc:
                     note = f"recovery in this process raised {type(exc).__name__}: {exc}"
                     return _unjudged(number, fault, operation_id, key, note)

@@ -9,6 +9,7 @@ without it they live in memory, in each process apart.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from typing import Any
@@ -131,3 +132,78 @@ def counter_failing_later(operation_id: str, idempotency_key: str | None) -> int
     if operation_id == "effectguard-check-never-sent":
         return 0
     raise ConnectionError("sandbox went away")
+
+
+class _LoopBoundClient:
+    """An async client bound to the event loop it first ran on, as HTTP clients are.
+
+    Used from another loop it raises, so a checker that gave each call a loop
+    of its own would fail the async tools below.
+    """
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    async def send(self, name: str, invoice_id: str, amount_cents: int, key: str) -> dict[str, Any]:
+        self._check_loop()
+        await asyncio.sleep(0)
+        return PROVIDERS[name].capture(invoice_id, amount_cents, idempotency_key=key)
+
+    async def probe(self, name: str, invoice_id: str, key: str | None) -> OutcomeProbeResult:
+        self._check_loop()
+        await asyncio.sleep(0)
+        return _probe(name, invoice_id, key)
+
+    def _check_loop(self) -> None:
+        running = asyncio.get_running_loop()
+        if self.loop is None:
+            self.loop = running
+        elif self.loop is not running:
+            raise RuntimeError("client used from another event loop than the one it was made on")
+
+
+CLIENT = _LoopBoundClient()
+
+
+async def _honest_probe(
+    invoice_id: str, amount_cents: int, idempotency_key: str | None
+) -> OutcomeProbeResult:
+    return await CLIENT.probe("honest", invoice_id, idempotency_key)
+
+
+@effect(
+    operation_id="invoice:{invoice_id}:capture:{amount_cents}",
+    idempotency_key="capture:{invoice_id}:{amount_cents}",
+    idempotency_guaranteed=True,
+    probe=_honest_probe,
+)
+async def async_honest_capture(
+    invoice_id: str, amount_cents: int, idempotency_key: str
+) -> dict[str, Any]:
+    """``honest_capture`` as an async tool with an async probe, through one loop-bound client."""
+    return await CLIENT.send("honest", invoice_id, amount_cents, idempotency_key)
+
+
+async def async_count_honest(operation_id: str, idempotency_key: str | None) -> int:
+    """``count_honest`` as a coroutine."""
+    await asyncio.sleep(0)
+    return PROVIDERS["honest"].committed(idempotency_key)
+
+
+async def _lying_probe(
+    invoice_id: str, amount_cents: int, idempotency_key: str | None
+) -> OutcomeProbeResult:
+    await asyncio.sleep(0)
+    return OutcomeProbeResult.not_committed({"lookup": "always says not found"})
+
+
+@effect(
+    operation_id="invoice:{invoice_id}:capture:{amount_cents}",
+    idempotency_key="capture:{invoice_id}:{amount_cents}",
+    probe=_lying_probe,
+)
+async def async_lying_probe_capture(
+    invoice_id: str, amount_cents: int, idempotency_key: str
+) -> dict[str, Any]:
+    """``lying_probe_capture`` as an async tool with an async probe."""
+    return await CLIENT.send("no_dedup", invoice_id, amount_cents, idempotency_key)

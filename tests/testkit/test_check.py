@@ -375,3 +375,52 @@ def test_a_counter_that_fails_mid_check_stops_it_in_one_line(tmp_path):
     assert "raised ConnectionError: sandbox went away while counting operation" in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not output.exists()
+
+
+def test_an_async_tool_is_checked_on_one_event_loop_with_its_async_probe_and_counter(
+    tmp_path, providers
+):
+    """An async tool, probe and counter: every episode holds with one capture each.
+
+    In this process and in killed children alike; its client, bound to one loop,
+    works throughout.
+    """
+    result, data = receipt(
+        tmp_path,
+        f"{TOOLS}:async_honest_capture",
+        "--counter",
+        f"{TOOLS}:async_count_honest",
+        "--episodes",
+        str(len(EPISODE_KINDS)),
+    )
+    assert result.exit_code == 0, result.output
+    faults = [e["fault"] for e in data["episodes"]]
+    assert faults == [*EPISODE_KINDS, *PROCESS_KINDS]
+    for episode in data["episodes"]:
+        assert episode["judged"], episode
+        assert episode["status"] == "CONFIRMED", episode
+        assert providers["honest"].committed(episode["idempotency_key"]) == 1, episode
+    assert {c["claim"]: c["held"] for c in data["claims"]} == {
+        "probe": True,
+        "idempotency_guaranteed": True,
+        "operation_id": True,
+    }
+
+
+def test_an_async_tool_whose_probe_lies_is_named_and_its_duplicate_counted(tmp_path, providers):
+    """The async twin of the lying probe: exit 1, the claim broken, a second capture counted."""
+    result, data = receipt(
+        tmp_path,
+        f"{TOOLS}:async_lying_probe_capture",
+        "--counter",
+        f"{TOOLS}:count_no_dedup",
+        "--episodes",
+        str(len(EPISODE_KINDS)),
+    )
+    assert result.exit_code == 1, result.output
+    claims = {c["claim"]: c for c in data["claims"]}
+    assert claims["probe"]["held"] is False
+    assert "NOT_COMMITTED" in claims["probe"]["evidence"]
+    lost = by_fault(data)["lost-ack"]
+    assert lost["duplicate"] is True
+    assert providers["no_dedup"].committed(lost["idempotency_key"]) == 2
