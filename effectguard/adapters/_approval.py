@@ -45,6 +45,7 @@ __all__ = [
     "decide",
     "denial_message",
     "is_approval_payload",
+    "ledger_command",
     "record_decision",
     "record_payload",
     "request_payload",
@@ -159,7 +160,14 @@ def _command(fn: Any, action: str, operation_id: str, event_count: int | None) -
     A SQLite ledger is named by its path, any other by ``LEDGER_URL``, so no
     connection string lands in a payload a framework checkpoints.
     """
-    target = ledger_reference(executor_of(fn).ledger)
+    return ledger_command(executor_of(fn).ledger, action, operation_id, event_count)
+
+
+def ledger_command(
+    ledger: EffectLedger, action: str, operation_id: str, event_count: int | None
+) -> str:
+    """:func:`_command` for an operation of ``ledger`` (where there is no tool function)."""
+    target = ledger_reference(ledger)
     expect = "" if event_count is None else f"--expect-events {event_count} "
     return (
         f"agent-effect-ops --db {target} {action} {shlex.quote(operation_id)} "

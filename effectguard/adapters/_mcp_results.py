@@ -10,6 +10,7 @@ call as done and to retry it later with the same arguments.
 
 from __future__ import annotations
 
+from effectguard.adapters._approval import ApprovalRequest
 from effectguard.adapters._common import Pending, Refused
 
 try:
@@ -21,7 +22,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
     )
     raise ImportError(msg, name=exc.name) from exc
 
-__all__ = ["PENDING_META_KEY", "pending_result", "refused_result"]
+__all__ = ["PENDING_META_KEY", "approval_result", "pending_result", "refused_result"]
 
 #: The ``_meta`` key of a paused call's result: its pending payload, or its approval payload
 #: (``kind`` tells them apart) when the request awaits a person's approval.
@@ -37,6 +38,23 @@ def pending_result(pending: Pending) -> CallToolResult:
         f"{effect.status.value}. Do not report it as done. An operator must resolve it in the "
         "effect ledger; retry this call later with the same arguments: a retry dispatches "
         "nothing until the operator has acted, then returns the confirmed output."
+    )
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)],
+        structured_content=payload,
+        is_error=True,
+        _meta={PENDING_META_KEY: payload},
+    )
+
+
+def approval_result(approval: ApprovalRequest) -> CallToolResult:
+    """The ``isError`` result of a request awaiting approval: its payload, and what to do next."""
+    payload = approval.to_json()
+    text = (
+        f"{approval.tool} was not sent: operation {approval.operation_id} needs a person's "
+        "approval of exactly this request, which is recorded in the effect ledger. Do not "
+        "report it as done. Once a person has approved it there, retry this call with the same "
+        "arguments: it is sent once. A denied request is never sent."
     )
     return CallToolResult(
         content=[TextContent(type="text", text=text)],

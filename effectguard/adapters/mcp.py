@@ -77,7 +77,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - exercised without the e
     raise ImportError(msg, name=exc.name) from exc
 
 # After the framework's check, so a missing extra is named for this module.
-from effectguard.adapters._mcp_results import PENDING_META_KEY, pending_result
+from effectguard.adapters._mcp_results import PENDING_META_KEY, approval_result, pending_result
 
 __all__ = ["PENDING_META_KEY", "register", "register_all"]
 
@@ -118,24 +118,12 @@ def _approval_result(
         fingerprint=recorded.fingerprint,
         reason=result.reason,
     )
-    payload = approval.to_json()
     logger.warning(
         "MCP tool %s: operation %s awaits a person's approval; nothing was sent",
         public.name,
         approval.operation_id,
     )
-    text = (
-        f"{public.name} was not sent: operation {approval.operation_id} needs a person's "
-        "approval of exactly this request, which is recorded in the effect ledger. Do not "
-        "report it as done. Once a person has approved it there, retry this call with the same "
-        "arguments: it is sent once. A denied request is never sent."
-    )
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=payload,
-        is_error=True,
-        _meta={PENDING_META_KEY: payload},
-    )
+    return approval_result(approval)
 
 
 async def _execute(fn: Any, arguments: Mapping[str, Any]) -> Any:

@@ -18,6 +18,7 @@ The contracts file (TOML), one table per write tool::
     idempotency_key = "pay-{invoice_id}"           # default: the operation id
     idempotency_guaranteed = true                  # its docs say a resent key is deduplicated
     timeout = 30                                   # seconds to wait for its answer
+    requires_approval = true                       # a person approves each request first
 
     [tools.create_payment.probe]                   # another upstream tool that looks it up
     tool = "find_payment"
@@ -34,6 +35,12 @@ with the first answer); an unconfirmed one is an ``isError`` result with the
 pending payload (operation id, status, the ``agent-effect-ops`` command) as
 structured content and in ``_meta`` under :data:`PENDING_META_KEY`; a
 rejected or conflicting request is an ``isError`` result that says it is final.
+With ``requires_approval = true``, a request is recorded and not sent until
+a person approves exactly it in the ledger (``agent-effect-ops approve``, the
+console or the ledger API): the call answers with an ``isError`` result whose
+structured content and ``_meta`` hold the approval payload (``kind``
+``effectguard.approval``, the arguments as the ledger holds them, the approve
+and deny commands), and the same call after the approval sends it once.
 The idempotency key argument is the proxy's to fill: it is left out of the
 schema the client sees, and a client that sends it anyway is refused.
 
@@ -61,9 +68,15 @@ from typing import Any
 
 from effectguard._contract import EffectContract
 from effectguard._executor._machine import EffectExecutor
-from effectguard._model import EffectResult, OutcomeProbeResult
+from effectguard._model import EffectResult, EffectStatus, OutcomeProbeResult
+from effectguard.adapters._approval import ApprovalRequest, ledger_command
 from effectguard.adapters._common import Confirmed, Pending, Refused, _refusal, classify
-from effectguard.adapters._mcp_results import PENDING_META_KEY, pending_result, refused_result
+from effectguard.adapters._mcp_results import (
+    PENDING_META_KEY,
+    approval_result,
+    pending_result,
+    refused_result,
+)
 from effectguard.errors import (
     ConfigurationError,
     EffectRejected,
@@ -127,6 +140,7 @@ _TOOL_KEYS = frozenset(
         "redact",
         "version",
         "upstream_error",
+        "requires_approval",
         "probe",
     }
 )
@@ -205,6 +219,7 @@ class ToolContract:
     redact: tuple[str, ...] = ()
     version: int = 1
     upstream_error: str = "unknown"
+    requires_approval: bool = False
     probe: ProbeSpec | None = None
 
 
@@ -354,6 +369,9 @@ def _tool_contract(problems: _Problems, tool: str, table: object) -> ToolContrac
     upstream_error = table.get("upstream_error", "unknown")
     if upstream_error not in _UPSTREAM_ERRORS:
         problems.add(f"{where}.upstream_error", 'must be "unknown" or "rejected"')
+    approval = table.get("requires_approval", False)
+    if not isinstance(approval, bool):
+        problems.add(f"{where}.requires_approval", "must be true or false")
     probe = None
     if "probe" in table:
         probe = _probe_spec(problems, f"{where}.probe", table["probe"])
@@ -370,6 +388,7 @@ def _tool_contract(problems: _Problems, tool: str, table: object) -> ToolContrac
         redact=tuple(redact),
         version=int(version),
         upstream_error=str(upstream_error),
+        requires_approval=bool(approval),
         probe=probe,
     )
 
@@ -683,6 +702,7 @@ class GuardingProxy:
             max_attempts=spec.max_attempts,
             redact=frozenset(spec.redact),
             wait_for_peer=spec.timeout,
+            requires_approval=spec.requires_approval,
         )
 
     async def _probe(
@@ -795,6 +815,14 @@ class GuardingProxy:
                 "retry this call later with the same arguments: the ledger settles it first"
             )
             return refused_result(Refused(message, None, retry_safe=False, error=exc))
+        return await self._answer(spec, result, request_id)
+
+    async def _answer(
+        self, spec: ToolContract, result: EffectResult[Any], request_id: str
+    ) -> CallToolResult:
+        """What the client sees of ``result``: the output, a pause, or a refusal."""
+        if result.status is EffectStatus.AWAITING_APPROVAL:
+            return await self._awaiting_approval(spec, result, request_id)
         outcome = classify(
             None, result, tool=spec.tool, tool_call_id=request_id, ledger=self._executor.ledger
         )
@@ -809,6 +837,38 @@ class GuardingProxy:
             )
             return pending_result(outcome)
         return refused_result(outcome)
+
+    async def _awaiting_approval(
+        self, spec: ToolContract, result: EffectResult[Any], request_id: str
+    ) -> CallToolResult:
+        """The approval payload of a request nothing was sent for: as the ledger holds it."""
+        ledger = self._executor.ledger
+        record = await anyio.to_thread.run_sync(ledger.get, result.operation_id)
+        if record is None or record.status is not EffectStatus.AWAITING_APPROVAL:
+            # Decided between the call and this read: the next call finds what was decided.
+            message = (
+                f"{spec.tool}: operation {result.operation_id} was decided while this call "
+                "returned; call it again with the same arguments"
+            )
+            return refused_result(Refused(message, None, retry_safe=True))
+        count = record.event_count
+        approval = ApprovalRequest(
+            tool=spec.tool,
+            tool_call_id=request_id,
+            operation_id=record.operation_id,
+            arguments=dict(record.arguments),
+            event_count=count,
+            approve_command=ledger_command(ledger, "approve", record.operation_id, count),
+            deny_command=ledger_command(ledger, "deny", record.operation_id, count),
+            reason=result.reason,
+            fingerprint=record.fingerprint,
+        )
+        logger.warning(
+            "MCP proxy: %s: operation %s awaits a person's approval; nothing was sent",
+            spec.tool,
+            record.operation_id,
+        )
+        return approval_result(approval)
 
     def _handler(self, spec: ToolContract) -> Callable[..., Any]:
         """The executor's handler of ``spec``'s tool: the call upstream, the key filled in."""

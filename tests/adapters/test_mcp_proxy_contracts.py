@@ -24,6 +24,7 @@ from mcp.server.mcpserver import MCPServer  # noqa: E402 - after the extra's che
 from mcp.server.mcpserver.exceptions import ToolError  # noqa: E402 - after the extra's check
 
 from effectguard.adapters.mcp_proxy import (  # noqa: E402 - imports mcp, after the extra's check
+    PENDING_META_KEY,
     ContractsError,
     GuardingProxy,
     check_contracts,
@@ -104,6 +105,7 @@ idempotency_key_argument = "idempotency_key"
         (GOOD + "idempotency_guaranteed = 'yes'\n", "must be true or false"),
         (GOOD + "timeout = -1\n", "timeout: must be a positive number"),
         (GOOD + "upstream_error = 'ignore'\n", 'must be "unknown" or "rejected"'),
+        (GOOD + "requires_approval = 'yes'\n", "requires_approval: must be true or false"),
         (
             '[tools.charge_card]\noperation_id = "c:{invoice_id}"\nidempotency_guaranteed = true\n',
             "needs idempotency_key_argument",
@@ -257,3 +259,81 @@ def test_a_pending_lookup_is_asked_again_never_resent(tmp_path):
     assert provider.attempts() == 1
     assert provider.lookups == 2
     ledger.close()
+
+
+AUDIT = {"actor": "alice", "reason": "the customer asked", "evidence_reference": "T-37"}
+
+
+def test_a_write_that_requires_approval_is_sent_once_after_a_person_approves_it(tmp_path):
+    """requires_approval: nothing is sent until the ledger holds an approval of this request.
+
+    Then one charge, and every later call replays it.
+    """
+    provider = FakePaymentProvider(lookup=Lookup.STRONG)
+    path = write(tmp_path, GOOD + "requires_approval = true\nredact = ['card_number']\n")
+    ledger = open_ledger(str(tmp_path / "ledger.db"))
+    server = upstream(provider)
+
+    async def run() -> list[Any]:
+        async with Client(server) as client:
+            tools = list((await client.list_tools()).tools)
+            contracts = load_contracts(path)
+            assert check_contracts(path, contracts, tools) == []
+            proxy = GuardingProxy(client, tools, contracts, EffectExecutor(ledger))
+            answers = [await proxy.call_tool("charge_card", CHARGE, "1")]
+            answers.append(await proxy.call_tool("charge_card", CHARGE, "2"))
+            assert provider.attempts() == 0
+            await asyncio.to_thread(ledger.approve, "charge:INV-7", **AUDIT)
+            answers.append(await proxy.call_tool("charge_card", CHARGE, "3"))
+            answers.append(await proxy.call_tool("charge_card", CHARGE, "4"))
+            return answers
+
+    try:
+        first, again, sent, replayed = asyncio.run(run())
+        for paused in (first, again):
+            assert paused.is_error
+            payload = paused.meta[PENDING_META_KEY]
+            assert payload == paused.structured_content
+            assert payload["kind"] == "effectguard.approval"
+            assert payload["operation_id"] == "charge:INV-7"
+            assert payload["arguments"]["invoice_id"] == "INV-7"
+            assert CHARGE["card_number"] not in json.dumps(payload)
+            assert payload["approve_command"].startswith("agent-effect-ops --db ")
+            assert " approve charge:INV-7 --expect-events " in payload["approve_command"]
+            assert "needs a person's approval" in paused.content[0].text
+        assert not sent.is_error, sent.content[0].text
+        assert not replayed.is_error
+        assert sent.structured_content == replayed.structured_content
+        assert provider.committed() == 1
+        assert provider.attempts() == 1
+        record = ledger.get("charge:INV-7")
+        assert record is not None
+        assert record.status is EffectStatus.CONFIRMED
+    finally:
+        ledger.close()
+
+
+def test_a_denied_write_is_never_sent(tmp_path):
+    """deny: the next call is a final refusal, and the upstream never sees the request."""
+    provider = FakePaymentProvider(lookup=Lookup.STRONG)
+    path = write(tmp_path, GOOD + "requires_approval = true\n")
+    ledger = open_ledger(str(tmp_path / "ledger.db"))
+    server = upstream(provider)
+
+    async def run() -> list[Any]:
+        async with Client(server) as client:
+            tools = list((await client.list_tools()).tools)
+            proxy = GuardingProxy(client, tools, load_contracts(path), EffectExecutor(ledger))
+            answers = [await proxy.call_tool("charge_card", CHARGE, "1")]
+            await asyncio.to_thread(ledger.deny, "charge:INV-7", **AUDIT)
+            answers.append(await proxy.call_tool("charge_card", CHARGE, "2"))
+            return answers
+
+    try:
+        paused, refused = asyncio.run(run())
+        assert paused.meta[PENDING_META_KEY]["kind"] == "effectguard.approval"
+        assert refused.is_error
+        assert refused.meta is None or PENDING_META_KEY not in refused.meta
+        assert provider.attempts() == 0
+    finally:
+        ledger.close()
