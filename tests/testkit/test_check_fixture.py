@@ -43,6 +43,19 @@ def lying_capture(invoice_id: str, amount_cents: int, idempotency_key: str) -> d
 
 def count(operation_id: str, idempotency_key: str | None) -> int:
     return PROVIDER.committed(idempotency_key)
+
+
+async def _look_up(invoice_id: str, amount_cents: int, idempotency_key: str) -> OutcomeProbeResult:
+    return PROVIDER.probe({"invoice_id": invoice_id}, idempotency_key=idempotency_key)
+
+
+@effect(
+    operation_id="invoice:{invoice_id}:async-capture",
+    idempotency_key="async:{invoice_id}",
+    probe=_look_up,
+)
+async def async_capture(invoice_id: str, amount_cents: int, idempotency_key: str) -> dict:
+    return PROVIDER.capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
 """
 
 USER_TESTS = """
@@ -59,6 +72,13 @@ def test_capture_holds(effect_check):
         assert shop.PROVIDER.committed(episode.idempotency_key) == 1
 
 
+def test_async_capture_holds(effect_check):
+    report = effect_check(shop.async_capture, shop.count, same_request=["amount_cents"])
+    assert report.held
+    for episode in report.episodes:
+        assert shop.PROVIDER.committed(episode.idempotency_key) == 1
+
+
 def test_lying_capture_fails(effect_check):
     effect_check(shop.lying_capture, shop.count, same_request=["amount_cents"], processes=2)
 
@@ -69,10 +89,10 @@ def test_not_a_tool_fails_in_one_line(effect_check):
 
 
 def test_the_fixture_passes_an_honest_tool_and_fails_a_lying_one_with_the_receipt(pytester):
-    """In a user's own suite: one pass, one failure naming the broken probe, one bad input."""
+    """In a user's own suite: two passes (one async), a broken probe named, a bad input."""
     pytester.makepyfile(shop=textwrap.dedent(SHOP), test_shop=textwrap.dedent(USER_TESTS))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1, failed=2)
+    result.assert_outcomes(passed=2, failed=2)
     output = result.stdout.str()
     assert "BROKEN:" in output
     assert "claim probe: BROKEN - the probe answered NOT_COMMITTED" in output
