@@ -16,6 +16,7 @@ Any other failure leaves its traceback in ``NAME.error`` and exit status 3.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -29,9 +30,15 @@ from typing import Any
 
 from effectguard._executor import EffectExecutor
 from effectguard._executor._machine import seeded_jitter
+from effectguard._scope import call_scope
 from effectguard.errors import EffectGuardError
 from effectguard.ledger.sqlite import SQLiteEffectLedger
-from effectguard.testkit.checker import HOLD_SECONDS, WAIT_CHILD_SECONDS, load_check
+from effectguard.testkit.checker import (
+    HOLD_SECONDS,
+    SCOPE_RUN_ID,
+    WAIT_CHILD_SECONDS,
+    load_check,
+)
 from effectguard.testkit.clock import ManualClock
 
 __all__ = ["main"]
@@ -78,8 +85,14 @@ def _child(request: Mapping[str, Any]) -> None:
         while not (directory / "start").exists() and time.monotonic() < deadline:
             time.sleep(0.001)
     started = time.time()
+    scope = request.get("scope")
     try:
-        result = subject.execute(executor, contract, arguments, handler)
+        with (
+            contextlib.nullcontext()
+            if scope is None
+            else call_scope(run_id=SCOPE_RUN_ID, call_id=str(scope))
+        ):
+            result = subject.execute(executor, contract, arguments, handler)
         outcome: dict[str, Any] = {"status": result.status.value, "replayed": result.replayed}
     except EffectGuardError as exc:  # the other racer holds the operation: what it does counts
         outcome = {"status": type(exc).__name__, "replayed": False}

@@ -50,6 +50,7 @@ coroutines, its probe and an async counter share for the whole check.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import inspect
@@ -77,6 +78,7 @@ from effectguard._decorator import Tool, _tool_of
 from effectguard._executor import EffectExecutor
 from effectguard._executor._machine import seeded_jitter
 from effectguard._model import EffectResult, EffectStatus, OutcomeProbeResult, ProbeStatus
+from effectguard._scope import call_scope
 from effectguard.errors import EffectGuardError, LedgerUnavailableError
 from effectguard.ledger.sqlite import SQLiteEffectLedger
 from effectguard.testkit.clock import ManualClock
@@ -126,6 +128,8 @@ _SETTLED_WITHOUT_EFFECT = frozenset({EffectStatus.PREPARED, EffectStatus.REJECTE
 _ADDRESS_NAMES = frozenset({"to", "email", "recipient", "sender", "cc", "bcc"})
 #: Outcomes that wait for a person.
 _NEEDS_PERSON = frozenset({EffectStatus.QUARANTINED, EffectStatus.AWAITING_APPROVAL})
+#: The run id of the call scope a check gives a tool whose operation id needs one.
+SCOPE_RUN_ID = "effectguard-check"
 
 
 _loop_lock = threading.Lock()
@@ -154,7 +158,12 @@ async def _awaited(awaitable: Awaitable[Any]) -> Any:
 
 
 def _on_loop(awaitable: Awaitable[Any]) -> Any:
-    """Run ``awaitable`` on the checker's loop and return its result, from any other thread."""
+    """Run ``awaitable`` on the checker's loop and return its result, from any other thread.
+
+    The task is made in a copy of the caller's context (``call_soon_threadsafe``
+    copies it), so the call scope set around an episode reaches the tool's
+    coroutine, as it would in the framework's own loop.
+    """
     return asyncio.run_coroutine_threadsafe(_awaited(awaitable), _checker_loop()).result()
 
 
@@ -185,6 +194,18 @@ class Subject:
     proxy: HttpProxy | None = None
     """The proxy in front of the sandbox (``sandbox_url_env``) that loses lost-ack answers."""
     sandbox_url_env: str | None = None
+    scoped: bool = False
+    """The operation id comes from the call scope: each episode runs in one of its own."""
+
+    def scope(self, tag: str) -> contextlib.AbstractContextManager[object]:
+        """The call scope of one tool call named ``tag``, when the operation id needs one.
+
+        Every call of one episode shares it, as a framework's retries of one tool
+        call share its call id.
+        """
+        if not self.scoped:
+            return contextlib.nullcontext()
+        return call_scope(run_id=SCOPE_RUN_ID, call_id=tag)
 
     @property
     def lost_ack_by(self) -> str:
@@ -467,8 +488,7 @@ def subject_of(
         count = typing.cast("Counter", counter)
         _preflight(count, counter_spec)
     subject = Subject(spec, tool, count, counter_spec, tuple(same_request), instance)
-    check_arguments(subject)
-    return subject
+    return dataclasses.replace(subject, scoped=check_arguments(subject))
 
 
 def _preflight(counter: Counter, spec: str) -> None:
@@ -514,14 +534,24 @@ def _value(name: str, hint: Any, parameter: inspect.Parameter, rng: random.Rando
     raise CheckInputError(msg)
 
 
-def check_arguments(subject: Subject) -> None:
-    """Refuse, up front, a tool whose arguments cannot be drawn or identified by its contract."""
+def check_arguments(subject: Subject) -> bool:
+    """Refuse, up front, a tool whose arguments cannot be drawn or identified by its contract.
+
+    Returns True when the operation id needs a call scope (``call_scoped``, or an
+    ``operation_id`` callable reading the scope): the episodes then give it one.
+    """
     arguments = _arguments(subject.tool, random.Random(0), "preflight")
     try:
         subject.contract.identity(arguments)
     except EffectGuardError as exc:  # a call_scoped template outside a scope, a bad template
-        msg = f"tool {subject.spec!r}: its operation id cannot be made here: {exc}"
-        raise CheckInputError(msg) from exc
+        try:
+            with call_scope(run_id=SCOPE_RUN_ID, call_id="preflight"):
+                subject.contract.identity(arguments)
+        except EffectGuardError:
+            msg = f"tool {subject.spec!r}: its operation id cannot be made here: {exc}"
+            raise CheckInputError(msg) from exc
+        return True
+    return False
 
 
 class _Counts:
@@ -820,11 +850,16 @@ def _idempotency_claim(subject: Subject, counts: _Counts, seed: int) -> ClaimChe
 
 
 def _template_claim(subject: Subject, seed: int) -> ClaimCheck:
-    """Vary each argument in turn: two different requests must not share an operation id."""
+    """Vary each argument in turn: two different requests must not share an operation id.
+
+    With a call scope, each request is a tool call of its own in one run, as an
+    agent making two calls would send them.
+    """
     contract = subject.contract
     rng = random.Random(f"{seed}:template")
     base = _arguments(subject.tool, rng, f"{seed}-template")
-    first = contract.identity(base)[0]
+    with subject.scope(f"{seed}-template"):
+        first = contract.identity(base)[0]
     varied = [name for name in base if name not in subject.same_request]
     for name in varied:
         other = dict(base)
@@ -834,7 +869,8 @@ def _template_claim(subject: Subject, seed: int) -> ClaimCheck:
                 break
         if other[name] == base[name]:
             continue
-        second = contract.identity(other)[0]
+        with subject.scope(f"{seed}-template-{name}"):
+            second = contract.identity(other)[0]
         if second == first:
             evidence = (
                 f"{name}={base[name]!r} and {name}={other[name]!r} both map to operation id "
@@ -863,26 +899,28 @@ def run_check(
     temporary ledger; the tool really runs, so each episode may make an effect
     at the user's provider. ``progress`` is called with 1 after each episode.
     """
-    check_arguments(subject)
+    subject = dataclasses.replace(subject, scoped=check_arguments(subject))
     counts = _Counts(subject)
     played = []
     for number in range(1, episodes + 1):
         fault = EPISODE_KINDS[(number - 1) % len(EPISODE_KINDS)]
-        played.append(_episode(subject, counts, number, fault, seed))
+        with subject.scope(f"{seed}-{number}"):
+            played.append(_episode(subject, counts, number, fault, seed))
         if progress is not None:
             progress(1)
     for index in range(processes):
         number = episodes + index + 1
         fault = PROCESS_KINDS[index % len(PROCESS_KINDS)]
         arguments = _arguments(subject.tool, random.Random(f"{seed}:{number}"), f"{seed}-{number}")
-        played.append(_process_episode(subject, counts, number, fault, seed, arguments))
+        with subject.scope(f"{seed}-{number}"):
+            played.append(_process_episode(subject, counts, number, fault, seed, arguments))
         if progress is not None:
             progress(1)
-    claims = (
-        _probe_claim(subject, counts, seed),
-        _idempotency_claim(subject, counts, seed),
-        _template_claim(subject, seed),
-    )
+    with subject.scope(f"{seed}-probe"):
+        probe = _probe_claim(subject, counts, seed)
+    with subject.scope(f"{seed}-resend"):
+        resend = _idempotency_claim(subject, counts, seed)
+    claims = (probe, resend, _template_claim(subject, seed))
     return CheckReport(
         tool=subject.spec,
         counter=subject.counter_spec,
@@ -978,6 +1016,7 @@ def _process_episode(
         ledger = SQLiteEffectLedger(directory / "ledger.db", clock=clock, synchronous="NORMAL")
         try:
             base = {
+                "scope": f"{seed}-{number}" if subject.scoped else None,
                 "tool": subject.spec,
                 "ledger": str(directory / "ledger.db"),
                 "arguments": dict(arguments),

@@ -207,3 +207,42 @@ async def async_lying_probe_capture(
 ) -> dict[str, Any]:
     """``lying_probe_capture`` as an async tool with an async probe."""
     return await CLIENT.send("no_dedup", invoice_id, amount_cents, idempotency_key)
+
+
+@effect(
+    operation_id="capture:{run_id}:{call_id}",
+    idempotency_key="capture:{run_id}:{call_id}",
+    idempotency_guaranteed=True,
+    probe=lambda invoice_id, amount_cents, idempotency_key: _probe(
+        "honest", invoice_id, idempotency_key
+    ),
+)
+def scoped_capture(invoice_id: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
+    """A capture identified by the framework's tool call (its run id and call id), honestly."""
+    return PROVIDERS["honest"].capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+@effect(
+    operation_id="capture:{run_id}:{invoice_id}",
+    idempotency_key="capture:{run_id}:{invoice_id}",
+    idempotency_guaranteed=True,
+    probe=lambda invoice_id, amount_cents, idempotency_key: _probe(
+        "honest", invoice_id, idempotency_key
+    ),
+)
+def run_scoped_capture(invoice_id: str, amount_cents: int, idempotency_key: str) -> dict[str, Any]:
+    """One capture per invoice and run: two calls with other amounts in one run share an id."""
+    return PROVIDERS["honest"].capture(invoice_id, amount_cents, idempotency_key=idempotency_key)
+
+
+@effect(
+    operation_id="capture:{run_id}:{call_id}",
+    idempotency_key="capture:{run_id}:{call_id}",
+    idempotency_guaranteed=True,
+    probe=_honest_probe,
+)
+async def async_scoped_capture(
+    invoice_id: str, amount_cents: int, idempotency_key: str
+) -> dict[str, Any]:
+    """``scoped_capture`` as an async tool: its scope must reach the checker's event loop."""
+    return await CLIENT.send("honest", invoice_id, amount_cents, idempotency_key)

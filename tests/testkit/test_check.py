@@ -424,3 +424,42 @@ def test_an_async_tool_whose_probe_lies_is_named_and_its_duplicate_counted(tmp_p
     lost = by_fault(data)["lost-ack"]
     assert lost["duplicate"] is True
     assert providers["no_dedup"].committed(lost["idempotency_key"]) == 2
+
+
+@pytest.mark.parametrize("tool", ["scoped_capture", "async_scoped_capture"])
+def test_a_tool_identified_by_its_call_scope_is_checked_in_a_scope_per_episode(
+    tmp_path, providers, tool
+):
+    """{run_id}/{call_id} ids: each episode is one tool call, retried within its own scope.
+
+    One capture per episode, in this process and in the killed or racing children.
+    """
+    result, data = receipt(
+        tmp_path,
+        f"{TOOLS}:{tool}",
+        "--counter",
+        f"{TOOLS}:count_honest",
+        "--episodes",
+        str(len(EPISODE_KINDS)),
+    )
+    assert result.exit_code == 0, result.output
+    ids = [e["operation_id"] for e in data["episodes"]]
+    assert all(i.startswith("capture:effectguard-check:") for i in ids), ids
+    assert len(set(ids)) == len(ids)
+    for episode in data["episodes"]:
+        assert episode["judged"], episode
+        assert episode["status"] == "CONFIRMED", episode
+        assert providers["honest"].committed(episode["idempotency_key"]) == 1, episode
+    claims = {c["claim"]: c for c in data["claims"]}
+    assert claims["operation_id"]["held"] is True
+
+
+def test_a_run_scoped_id_that_leaves_out_an_argument_is_caught(tmp_path, providers):
+    """Two tool calls of one run with other amounts share an operation id: the claim is broken."""
+    result, data = receipt(
+        tmp_path, f"{TOOLS}:run_scoped_capture", "--counter", f"{TOOLS}:count_honest"
+    )
+    assert result.exit_code == 1, result.output
+    claims = {c["claim"]: c for c in data["claims"]}
+    assert claims["operation_id"]["held"] is False
+    assert "amount_cents=" in claims["operation_id"]["evidence"]
