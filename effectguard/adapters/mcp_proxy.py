@@ -843,12 +843,21 @@ class GuardingProxy:
     ) -> CallToolResult:
         """The approval payload of a request nothing was sent for: as the ledger holds it."""
         ledger = self._executor.ledger
-        record = await anyio.to_thread.run_sync(ledger.get, result.operation_id)
-        if record is None or record.status is not EffectStatus.AWAITING_APPROVAL:
-            # Decided between the call and this read: the next call finds what was decided.
+        try:
+            record = await anyio.to_thread.run_sync(ledger.get, result.operation_id)
+        except LedgerError as exc:
+            logger.exception("MCP proxy: %s: the approval request could not be read", spec.tool)
             message = (
-                f"{spec.tool}: operation {result.operation_id} was decided while this call "
-                "returned; call it again with the same arguments"
+                f"{spec.tool} was not sent: operation {result.operation_id} awaits a person's "
+                f"approval, and the effect ledger failed while it was read ({exc}); retry this "
+                "call later with the same arguments"
+            )
+            return refused_result(Refused(message, None, retry_safe=False, error=exc))
+        if record is None or record.status is not EffectStatus.AWAITING_APPROVAL:
+            # Approved or denied between the call and this read: the next call finds which.
+            message = (
+                f"{spec.tool}: operation {result.operation_id} was approved or denied while "
+                "this call returned; call it again with the same arguments to learn which"
             )
             return refused_result(Refused(message, None, retry_safe=True))
         count = record.event_count

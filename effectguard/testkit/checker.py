@@ -234,10 +234,14 @@ class Subject:
         arguments: Mapping[str, Any],
         handler: Callable[..., Any],
     ) -> EffectResult[Any]:
-        """One guarded call, as the tool makes it: an async tool through ``execute_async``.
+        """One guarded call: an async tool's through ``execute_async``, a sync tool's not.
 
         An async tool's executor, its probe and the tool's own coroutines (which
         ``handler`` reaches through :meth:`call`) share the checker's one event loop.
+        ``handler`` is the checker's own plain function, which injects the fault, so
+        the executor runs it in a worker thread: a handler past its deadline is left
+        running, as a sync tool's is, where an async tool's own handler would be
+        cancelled.
         """
         if self.tool.is_async:
             run: Coroutine[Any, Any, EffectResult[Any]] = executor.execute_async(
@@ -543,12 +547,15 @@ def check_arguments(subject: Subject) -> bool:
     arguments = _arguments(subject.tool, random.Random(0), "preflight")
     try:
         subject.contract.identity(arguments)
-    except EffectGuardError as exc:  # a call_scoped template outside a scope, a bad template
+    except Exception as exc:  # noqa: BLE001 - a call_scoped id outside a scope, or the user's own callable failing: tried in a scope next
         try:
             with call_scope(run_id=SCOPE_RUN_ID, call_id="preflight"):
                 subject.contract.identity(arguments)
-        except EffectGuardError:
-            msg = f"tool {subject.spec!r}: its operation id cannot be made here: {exc}"
+        except Exception as again:  # noqa: BLE001 - whatever the user's id raises is refused in one line
+            msg = (
+                f"tool {subject.spec!r}: its operation id cannot be made here: "
+                f"{type(again).__name__}: {again}"
+            )
             raise CheckInputError(msg) from exc
         return True
     return False

@@ -246,3 +246,12 @@ async def async_scoped_capture(
 ) -> dict[str, Any]:
     """``scoped_capture`` as an async tool: its scope must reach the checker's event loop."""
     return await CLIENT.send("honest", invoice_id, amount_cents, idempotency_key)
+
+
+def _broken_operation_id(arguments: Any) -> str:
+    return str(arguments["invoice_id"]) + arguments["amount_cents"]  # str + int: TypeError
+
+
+@effect(operation_id=_broken_operation_id, probe=lambda invoice_id, amount_cents: None)
+def broken_id_capture(invoice_id: str, amount_cents: int) -> None:
+    """A tool whose own operation id callable fails on every request."""

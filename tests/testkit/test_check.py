@@ -142,6 +142,10 @@ def test_without_a_counter_the_report_says_so_and_counts_handler_returns(tmp_pat
         (["no-colon"], "is not MODULE:FUNCTION"),
         ([f"{TOOLS}:unannotated_capture"], "cannot draw a value for parameter 'blob'"),
         (
+            [f"{TOOLS}:broken_id_capture"],
+            "its operation id cannot be made here: TypeError",
+        ),
+        (
             [f"{TOOLS}:honest_capture", "--counter", f"{TOOLS}:raising_counter"],
             "raised RuntimeError: sandbox is down",
         ),
