@@ -10,6 +10,8 @@ call as done and to retry it later with the same arguments.
 
 from __future__ import annotations
 
+from typing import Any
+
 from effectguard.adapters._approval import ApprovalRequest
 from effectguard.adapters._common import Pending, Refused
 
@@ -39,12 +41,7 @@ def pending_result(pending: Pending) -> CallToolResult:
         "effect ledger; retry this call later with the same arguments: a retry dispatches "
         "nothing until the operator has acted, then returns the confirmed output."
     )
-    return CallToolResult(
-        content=[TextContent(type="text", text=text)],
-        structured_content=payload,
-        is_error=True,
-        _meta={PENDING_META_KEY: payload},
-    )
+    return _paused(text, payload)
 
 
 def approval_result(approval: ApprovalRequest) -> CallToolResult:
@@ -56,6 +53,11 @@ def approval_result(approval: ApprovalRequest) -> CallToolResult:
         "report it as done. Once a person has approved it there, retry this call with the same "
         "arguments: it is sent once. A denied request is never sent."
     )
+    return _paused(text, payload)
+
+
+def _paused(text: str, payload: dict[str, Any]) -> CallToolResult:
+    """An ``isError`` result telling the model ``text``, with ``payload`` for the host."""
     return CallToolResult(
         content=[TextContent(type="text", text=text)],
         structured_content=payload,
