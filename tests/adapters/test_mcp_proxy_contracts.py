@@ -337,3 +337,48 @@ def test_a_denied_write_is_never_sent(tmp_path):
         assert provider.attempts() == 0
     finally:
         ledger.close()
+
+
+def test_a_ledger_that_fails_while_the_approval_request_is_read_is_a_retry_later_refusal(
+    tmp_path,
+):
+    """The request is recorded, then the ledger file goes: the client is told to retry, not asked.
+
+    The file is moved away the moment the ledger records the request (an
+    observer of that transition), so the proxy's read of the request, in a
+    thread that has no connection yet, finds no ledger. The client gets a
+    refusal saying nothing was sent and to retry later, with no approval
+    payload (its commands would name an operation nobody can read).
+    """
+    provider = FakePaymentProvider(lookup=Lookup.STRONG)
+    path = write(tmp_path, GOOD + "requires_approval = true\n")
+    ledger_path = tmp_path / "ledger.db"
+    ledger = open_ledger(str(ledger_path))
+    server = upstream(provider)
+    executor = EffectExecutor(ledger)
+
+    def move_the_ledger_away(transition: Any) -> None:
+        # Called for the recorded transition and again for the call's result: move it once.
+        if transition.to_status is EffectStatus.AWAITING_APPROVAL and ledger_path.exists():
+            ledger_path.rename(tmp_path / "moved.db")
+
+    executor.add_observer(move_the_ledger_away)
+
+    async def run() -> Any:
+        async with Client(server) as client:
+            tools = list((await client.list_tools()).tools)
+            proxy = GuardingProxy(client, tools, load_contracts(path), executor)
+            return await proxy.call_tool("charge_card", CHARGE, "1")
+
+    try:
+        refused = asyncio.run(run())
+        assert (tmp_path / "moved.db").exists(), "the request was never recorded"
+        assert refused.is_error
+        text = refused.content[0].text
+        assert "charge_card was not sent: operation charge:INV-7 awaits" in text
+        assert "the effect ledger failed while it was read" in text
+        assert "retry this call later with the same arguments" in text
+        assert refused.meta is None or PENDING_META_KEY not in refused.meta
+        assert provider.attempts() == 0
+    finally:
+        ledger.close()
