@@ -54,7 +54,9 @@ from effectguard._executor._outputs import (
     ReplayCache,
     Stored,
     check_replayable,
+    check_stored_output,
     decode,
+    decode_text,
     jsonable,
     not_stored,
     store,
@@ -99,6 +101,7 @@ from effectguard.ledger._protocol import (
     Expect,
     Lease,
     NewOperation,
+    ReplayView,
     async_ledger,
     claims_first,
     to_confirmed,
@@ -616,6 +619,15 @@ class StateMachine:
         #: The ledger's read of a row with its last event's commitments, when it has one.
         self.get_checked: Callable[..., tuple[OperationRecord | None, str | None]] | None = (
             checked if callable(checked) and type(ledger).get is _own_get(ledger) else None
+        )
+        view = getattr(ledger, "replay_view", None)
+        #: The ledger's read of what a replay returns, when it has one (and its own get).
+        self.replay_view: Callable[[str], ReplayView | None] | None = (
+            view
+            if self.get_checked is not None
+            and callable(view)
+            and _definer(ledger, "replay_view") is _definer(ledger, "get_checked")
+            else None
         )
 
     def now(self) -> float | None:
@@ -1485,6 +1497,11 @@ class StateMachine:
         )
 
 
+def _definer(ledger: object, name: str) -> type | None:
+    """The class in ``ledger``'s MRO that defines ``name`` (None: none does)."""
+    return next((k for k in type(ledger).__mro__ if name in vars(k)), None)
+
+
 def _own_get(ledger: object) -> Any:
     """The ``get`` the class that defines ``get_checked`` defines (a wrapper may override get)."""
     kind = type(ledger)
@@ -2049,13 +2066,9 @@ class EffectExecutor:
         """
         states = self._states
         ledger = states.ledger
-        commits: str | None = None
-        if states.claims_first:
-            record: OperationRecord | None = None
-        elif states.get_checked is not None:
-            record, commits = states.get_checked(call.operation_id, now=states.now())
-        else:
-            record = ledger.get(call.operation_id, now=states.now())
+        replayed, record, commits = self._read_first(call)
+        if replayed is not None:
+            return replayed
         unheard = _unheard(call.observers)
         if record is not None:
             if record.fingerprint == call.fingerprint and record.status.terminal:
@@ -2101,6 +2114,65 @@ class EffectExecutor:
             raise
         states.replays.remember(record)
         if not unheard:
+            report(call, result)
+        return result
+
+    def _read_first(
+        self, call: Call
+    ) -> tuple[EffectResult[Any] | None, OperationRecord | None, str | None]:
+        """The read before a claim: a replay's result, else the record found and its commits.
+
+        A ledger that claims first is not read (the claim reads). A plain
+        replay is built from the ledger's :class:`ReplayView` when it offers
+        one; anything else is judged from the whole record.
+        """
+        states = self._states
+        if states.claims_first:
+            return None, None, None
+        if states.replay_view is not None:
+            view = states.replay_view(call.operation_id)
+            if view is None:
+                return None, None, None
+            if view.fingerprint == call.fingerprint and view.status.terminal:
+                replayed = self._replayed_view(call, view)
+                if replayed is not None:
+                    return replayed, None, None
+        if states.get_checked is not None:
+            record, commits = states.get_checked(call.operation_id, now=states.now())
+            return None, record, commits
+        return None, states.ledger.get(call.operation_id, now=states.now()), None
+
+    def _replayed_view(self, call: Call, view: ReplayView) -> EffectResult[Any] | None:
+        """The replay of a terminal operation read as a :class:`ReplayView`: no record built.
+
+        The same result, the same check of the output against its
+        confirmation, and the same report as :meth:`_replayed`. None for a
+        CONFIRMED operation whose output was not stored, which raises from its
+        whole record instead.
+        """
+        status = view.status
+        output = None
+        if status is _CONFIRMED:
+            if view.output_json is None:
+                return None
+            operation_id, text = view.operation_id, view.output_json
+            check_stored_output(
+                self.ledger, operation_id, text, view.provider_operation_id, view.commits
+            )
+            output = decode_text(call.contract, operation_id, text)
+        result: EffectResult[Any] = _new_result(
+            status,
+            view.operation_id,
+            output,
+            view.provider_operation_id,
+            view.attempts,
+            True,  # noqa: FBT003 - positional fields
+            view.evidence,
+            view.reason,
+            None,
+        )
+        self._states.replays.remember(view)
+        if not _unheard(call.observers):
             report(call, result)
         return result
 

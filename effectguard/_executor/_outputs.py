@@ -7,7 +7,6 @@ replay cache holds only records that were verified that way.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import math
@@ -31,7 +30,7 @@ from effectguard._fingerprint import (
 from effectguard._model import EffectResult, EffectStatus, OperationRecord, frozen_builder
 from effectguard.errors import ConfigurationError, LedgerIntegrityError
 from effectguard.ledger import _chain as committed
-from effectguard.ledger._protocol import read_commitments, watch_prunes
+from effectguard.ledger._protocol import ReplayView, read_commitments, watch_prunes
 
 if TYPE_CHECKING:
     from effectguard.ledger._protocol import EffectLedger
@@ -43,7 +42,9 @@ __all__ = [
     "Stored",
     "cached_replay",
     "check_replayable",
+    "check_stored_output",
     "decode",
+    "decode_text",
     "jsonable",
     "not_stored",
     "store",
@@ -193,6 +194,13 @@ def _provider_operation_id(contract: EffectContract, output: Any) -> str | None:
     return provider_operation_id
 
 
+def _unstored(replay: OperationRecord | ReplayView) -> bool:
+    """Whether ``replay`` is CONFIRMED with its output marked as not stored."""
+    if replay.status is not EffectStatus.CONFIRMED or replay.output_json is not None:
+        return False
+    return isinstance(replay.evidence.get(NOT_STORED), Mapping)
+
+
 def not_stored(record: OperationRecord) -> Mapping[str, str] | None:
     """The marker of a CONFIRMED operation whose output could not be stored, else None."""
     if record.status is not EffectStatus.CONFIRMED or record.output_json is not None:
@@ -211,8 +219,15 @@ def decode(
     """
     if ledger is not None:
         check_replayable(ledger, record)
-    data = record.output
-    if record.output_json is None or (contract.codec is None and holds_no_tag(record.output_json)):
+    return decode_text(contract, record.operation_id, record.output_json)
+
+
+def decode_text(contract: EffectContract, operation_id: str, output_json: str | None) -> Any:
+    """Return the output stored as ``output_json``, as the contract's codec rebuilds it."""
+    if output_json is None:
+        return None
+    data = read_json(output_json)
+    if contract.codec is None and holds_no_tag(output_json):
         return data
     try:
         if contract.codec is None:
@@ -220,7 +235,7 @@ def decode(
         return contract.codec.decode(data)
     except Exception as exc:
         msg = (
-            f"operation {record.operation_id!r}: the stored output cannot be decoded by "
+            f"operation {operation_id!r}: the stored output cannot be decoded by "
             f"contract {contract.name!r}'s codec: {exc}"
         )
         raise ConfigurationError(msg) from exc
@@ -276,11 +291,24 @@ def check_replayable(
     events predate commitments has none, and is replayed as before (``verify``
     reports it as not covered).
     """
+    check_stored_output(
+        ledger, record.operation_id, record.output_json, record.provider_operation_id, last_commits
+    )
+
+
+def check_stored_output(
+    ledger: EffectLedger,
+    operation_id: str,
+    output_json: str | None,
+    provider_operation_id: str | None,
+    last_commits: str | None,
+) -> None:
+    """:func:`check_replayable` of an operation's stored output and provider id, given as values."""
     stored = {
-        "output": committed.digest(record.output_json),
-        "provider_operation_id": record.provider_operation_id,
+        "output": committed.digest(output_json),
+        "provider_operation_id": provider_operation_id,
     }
-    key = (record.operation_id, stored["output"], record.provider_operation_id)
+    key = (operation_id, stored["output"], provider_operation_id)
     try:
         seen = _CHECKED.setdefault(ledger, OrderedDict())
     except TypeError:  # a ledger that cannot be weakly referenced: check every time
@@ -292,12 +320,12 @@ def check_replayable(
     if isinstance(last, dict) and all(name in last for name in stored):
         promised = {name: last[name] for name in stored}
     else:
-        for commits in read_commitments(ledger, record.operation_id):
+        for commits in read_commitments(ledger, operation_id):
             promised.update({name: commits[name] for name in stored if name in commits})
     edited = sorted(name for name, value in promised.items() if stored[name] != value)
     if edited:
         msg = (
-            f"operation {record.operation_id!r}: refusing to replay it, its stored "
+            f"operation {operation_id!r}: refusing to replay it, its stored "
             f"{' and '.join(edited)} differ from what its confirmation committed to, so the "
             "ledger was edited; run `agent-effect-ops verify` and restore the ledger from a "
             "backup or resolve the operation by hand"
@@ -322,7 +350,14 @@ _new_result = frozen_builder(EffectResult)
 
 @dataclass(frozen=True, slots=True)
 class _Entry:
-    record: OperationRecord
+    """What a cached replay returns of one terminal operation, whose output passed its check."""
+
+    status: EffectStatus
+    fingerprint: str
+    attempts: int
+    output_json: str | None
+    provider_operation_id: str | None
+    reason: str | None
     # Each replay gets its own copy of the evidence, as from a ledger read, so a caller
     # that mutates its result's evidence cannot change what later callers see: a flat
     # mapping of scalars is copied with dict(); anything nested is kept as JSON.
@@ -335,11 +370,19 @@ class _Entry:
         return {} if self.evidence_json is None else dict(json.loads(self.evidence_json))
 
     @classmethod
-    def of(cls, record: OperationRecord) -> _Entry:
-        evidence = dict(record.evidence)
-        if all(type(value) in _SCALARS for value in evidence.values()):
-            return cls(record, evidence, None)
-        return cls(record, None, json.dumps(evidence))
+    def of(cls, replay: OperationRecord | ReplayView) -> _Entry:
+        evidence = dict(replay.evidence)
+        flat = all(type(value) in _SCALARS for value in evidence.values())
+        return cls(
+            replay.status,
+            replay.fingerprint,
+            replay.attempts,
+            replay.output_json,
+            replay.provider_operation_id,
+            replay.reason,
+            evidence if flat else None,
+            None if flat else json.dumps(evidence),
+        )
 
 
 class ReplayCache:
@@ -365,47 +408,34 @@ class ReplayCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def lookup(self, operation_id: str, fingerprint: str) -> OperationRecord | None:
-        """The cached record of ``operation_id`` if it was claimed for ``fingerprint``, else None.
+    def replay(self, operation_id: str, fingerprint: str) -> _Entry | None:
+        """The cached replay of ``operation_id`` if it was claimed for ``fingerprint``, else None.
 
         A different fingerprint is a miss, so that the caller reads the ledger
         and raises the conflict from the stored record, exactly as without a cache.
-        """
-        found = self.replay(operation_id, fingerprint)
-        if found is None:
-            return None
-        record, evidence = found
-        return record if not record.evidence else dataclasses.replace(record, evidence=evidence)
-
-    def replay(
-        self, operation_id: str, fingerprint: str
-    ) -> tuple[OperationRecord, dict[str, Any]] | None:
-        """Like :meth:`lookup`, the record and a fresh copy of its evidence, copied no further.
-
-        The record's own ``evidence`` is shared with every replay: only the copy may be handed out.
         """
         if not self.size:
             return None
         with self._lock:
             entry = self._entries.get(operation_id)
-            if entry is None or entry.record.fingerprint != fingerprint:
+            if entry is None or entry.fingerprint != fingerprint:
                 return None
             self._entries.move_to_end(operation_id)
-        return entry.record, entry.evidence()
+        return entry
 
-    def remember(self, record: OperationRecord) -> None:
-        """Keep ``record`` if it is terminal with a stored output (or none to store).
+    def remember(self, replay: OperationRecord | ReplayView) -> None:
+        """Keep ``replay`` if it is terminal with a stored output (or none to store).
 
-        Only a record a replay has just read and checked belongs here. A
-        CONFIRMED record whose output was not stored is not kept: its replays
-        read the ledger each time, as they always have.
+        Only an operation a replay has just read and checked belongs here. A
+        CONFIRMED operation whose output was not stored is not kept: its
+        replays read the ledger each time, as they always have.
         """
-        if not self.size or not record.status.terminal or not_stored(record) is not None:
+        if not self.size or not replay.status.terminal or _unstored(replay):
             return
-        entry = _Entry.of(record)
+        entry = _Entry.of(replay)
         with self._lock:
-            self._entries[record.operation_id] = entry
-            self._entries.move_to_end(record.operation_id)
+            self._entries[replay.operation_id] = entry
+            self._entries.move_to_end(replay.operation_id)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
 
@@ -443,20 +473,21 @@ def cached_replay(
     the cached record, and ``observers`` hear of it (the log observer only when
     replays are logged). None: the call runs the machine, which reads the ledger.
     """
-    found = cache.replay(operation_id, fingerprint)
-    if found is None:
+    entry = cache.replay(operation_id, fingerprint)
+    if entry is None:
         return None
-    record, evidence = found
-    status = record.status
+    status = entry.status
     result: EffectResult[Any] = _new_result(
         status,
-        record.operation_id,
-        decode(contract, record) if status is EffectStatus.CONFIRMED else None,
-        record.provider_operation_id,
-        record.attempts,
+        operation_id,
+        decode_text(contract, operation_id, entry.output_json)
+        if status is EffectStatus.CONFIRMED
+        else None,
+        entry.provider_operation_id,
+        entry.attempts,
         True,  # noqa: FBT003 - positional fields
-        evidence,
-        record.reason,
+        entry.evidence(),
+        entry.reason,
         None,
     )
     observers = listening(observers, None, status, final=True, replayed=True)

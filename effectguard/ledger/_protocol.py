@@ -15,7 +15,7 @@ import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast, runtime_checkable
 
 from effectguard._model import (
     EffectEvent,
@@ -44,6 +44,7 @@ __all__ = [
     "Lease",
     "NewOperation",
     "Prunable",
+    "ReplayView",
     "Seen",
     "Unset",
     "Versioned",
@@ -89,6 +90,27 @@ class EventDraft:
     to_status: EffectStatus
     attempt: int
     evidence: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ReplayView(NamedTuple):
+    """What replaying a settled operation needs of its row, read without building its record.
+
+    ``commits`` is the JSON text of the commitments of the operation's last
+    event (its confirmation, almost always), which the stored output is
+    checked against before it is returned. A ledger offering
+    ``replay_view(operation_id)`` returns one of these, or None when there is
+    no such operation; anything that is not a plain replay is then read whole.
+    """
+
+    operation_id: str
+    status: EffectStatus
+    fingerprint: str
+    attempts: int
+    output_json: str | None
+    provider_operation_id: str | None
+    reason: str | None
+    evidence: dict[str, Any]
+    commits: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Generic, NamedTuple, Self, TypeVar
 
-from effectguard._fingerprint import canonical_json, check_operation_id, checked_json
+from effectguard._fingerprint import canonical_json, check_operation_id, checked_json, read_json
 from effectguard._model import (
     EffectEvent,
     EffectStatus,
@@ -70,12 +70,20 @@ from effectguard.ledger._protocol import (
     EventDraft,
     Expect,
     NewOperation,
+    ReplayView,
     check_limit,
     describe_mismatch,
 )
 from effectguard.ledger._resolution import OperatorResolution
 from effectguard.ledger._retention import After, BatchPruning, PrunePass, Tombstone
-from effectguard.ledger._rows import SQLITE, build_record, overlap_text, owner_text
+from effectguard.ledger._rows import (
+    SQLITE,
+    STATUSES,
+    build_record,
+    overlap_text,
+    owner_text,
+)
+from effectguard.ledger._rows import status as rows_status
 
 __all__ = [
     "APPLICATION_ID",
@@ -1630,6 +1638,12 @@ _SELECT_CHECKED = (
     " FROM operations AS o LEFT JOIN events AS e"
     " ON e.operation_id = o.operation_id AND e.seq = o.event_count WHERE o.operation_id = ?"
 )
+# What a replay returns, and the commitments its output is checked against: no record built.
+_SELECT_REPLAY = (
+    "SELECT o.status, o.fingerprint, o.attempts, o.output, o.provider_operation_id, o.reason,"
+    " o.evidence, e.commits FROM operations AS o LEFT JOIN events AS e"
+    " ON e.operation_id = o.operation_id AND e.seq = o.event_count WHERE o.operation_id = ?"
+)
 _COMMITMENTS = (
     "SELECT commits FROM events WHERE operation_id = ? AND commits IS NOT NULL ORDER BY seq"
 )
@@ -2053,6 +2067,36 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
 
         nothing: tuple[OperationRecord | None, str | None] = (None, None)
         return self._read(work, nothing)
+
+    def replay_view(self, operation_id: str) -> ReplayView | None:
+        """What a replay of ``operation_id`` returns, in one read; None for no such operation.
+
+        The status, fingerprint and stored output of the operation with the
+        commitments of its last event, as :meth:`get_checked` reads them,
+        without the rest of the row: a new process replaying a settled
+        operation needs no more. Whether it is a replay at all is the
+        caller's to judge (its status and fingerprint are in the view).
+        """
+        check_operation_id(operation_id)
+
+        def work(conn: Connection) -> ReplayView | None:
+            row = conn.execute(_SELECT_REPLAY, (operation_id,)).fetchone()
+            if row is None:
+                return None
+            stored, fingerprint, attempts, output, provider_id, reason, evidence, commits = row
+            return ReplayView(
+                operation_id,
+                STATUSES.get(stored) or rows_status(stored),
+                fingerprint,
+                attempts,
+                output,
+                provider_id,
+                reason,
+                (None if evidence is None else read_json(evidence)) or {},
+                commits,
+            )
+
+        return self._read(work, None)
 
     def list_operations(
         self,

@@ -27,6 +27,7 @@ from effectguard import (
 )
 from effectguard.errors import IllegalTransitionError
 from effectguard.testkit import FakePaymentProvider, ManualClock
+from effectguard.testkit._ledgers import DelegatingLedger
 
 FORGED = '{"amount_cents":1999,"id":"cap_999999","invoice_id":"INV-1042","status":"succeeded"}'
 DRIVERS = ["sync", "async"]
@@ -261,3 +262,44 @@ def test_a_replay_cache_that_is_not_a_count_is_refused(ledger: EffectLedger, siz
     """replay_cache must be a whole number >= 0; the error names the option."""
     with pytest.raises(ConfigurationError, match="replay_cache"):
         EffectExecutor(ledger, replay_cache=size)
+
+
+@pytest.mark.parametrize("outcome", ["confirmed", "rejected"])
+def test_a_replay_read_without_its_record_is_the_replay_of_the_whole_record(
+    ledger: EffectLedger, outcome: str
+) -> None:
+    """SQLite replays a settled operation from a narrow read: the result is the record path's.
+
+    Three executors replay the same operation: one reading the ledger's
+    replay view (SQLite's), one reading the whole record (the ledger behind a
+    wrapper that offers no view), and the first again from its cache, which
+    the view filled. All three results are equal, field by field.
+    """
+    sent: list[str] = []
+    provider = FakePaymentProvider()
+
+    def handler(arguments: dict[str, Any], *, idempotency_key: str) -> Any:
+        sent.append(idempotency_key)
+        if outcome == "rejected":
+            raise EffectRejected("card declined", evidence={"code": "card_declined", "n": [1]})
+        return provider.handler(arguments, idempotency_key=idempotency_key)
+
+    contract = capture_contract(provider)
+    first = EffectExecutor(ledger, clock=ManualClock()).execute(contract, ARGS, handler)
+    assert not first.replayed
+    viewing = EffectExecutor(ledger, clock=ManualClock())
+    whole = EffectExecutor(DelegatingLedger(ledger), clock=ManualClock())
+    assert whole._states.replay_view is None
+    if getattr(ledger, "claims_first", False) is not True:
+        assert viewing._states.replay_view is not None
+    from_view = viewing.execute(contract, ARGS, handler)
+    from_record = whole.execute(contract, ARGS, handler)
+    from_cache = viewing.execute(contract, ARGS, handler)
+    assert from_view.replayed
+    assert from_view == from_record == from_cache
+    assert from_view.status is (
+        EffectStatus.CONFIRMED if outcome == "confirmed" else EffectStatus.REJECTED
+    )
+    assert from_view.evidence is not from_cache.evidence
+    assert len(sent) == 1
+    assert provider.committed() == (1 if outcome == "confirmed" else 0)
