@@ -310,7 +310,9 @@ def check_stored_output(
     }
     key = (operation_id, stored["output"], provider_operation_id)
     try:
-        seen = _CHECKED.setdefault(ledger, OrderedDict())
+        seen = _CHECKED.get(ledger)
+        if seen is None:
+            seen = _CHECKED.setdefault(ledger, OrderedDict())
     except TypeError:  # a ledger that cannot be weakly referenced: check every time
         seen = OrderedDict()
     if key in seen:
