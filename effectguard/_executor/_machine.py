@@ -2157,7 +2157,7 @@ class EffectExecutor:
                 return None
             operation_id, text = view.operation_id, view.output_json
             check_stored_output(
-                self.ledger, operation_id, text, view.provider_operation_id, view.commits
+                self._states.ledger, operation_id, text, view.provider_operation_id, view.commits
             )
             output = decode_text(call.contract, operation_id, text)
         result: EffectResult[Any] = _new_result(

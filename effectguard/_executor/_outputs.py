@@ -472,7 +472,7 @@ def cached_replay(
     """The replay of a terminal operation ``cache`` holds for ``fingerprint``, else None.
 
     No ledger read and no step of the state machine: the result is built from
-    the cached record, and ``observers`` hear of it (the log observer only when
+    the cache's entry, and ``observers`` hear of it (the log observer only when
     replays are logged). None: the call runs the machine, which reads the ledger.
     """
     entry = cache.replay(operation_id, fingerprint)

@@ -97,9 +97,12 @@ class ReplayView(NamedTuple):
 
     ``commits`` is the JSON text of the commitments of the operation's last
     event (its confirmation, almost always), which the stored output is
-    checked against before it is returned. A ledger offering
+    checked against before it is returned. A ledger's
     ``replay_view(operation_id)`` returns one of these, or None when there is
-    no such operation; anything that is not a plain replay is then read whole.
+    no such operation. The executor uses it for the read before a claim of a
+    synchronous call nobody watches whole, when the class that defines it
+    also defines ``get_checked`` and the ledger's own ``get``; anything that
+    is not a plain replay is then read again, whole.
     """
 
     operation_id: str
