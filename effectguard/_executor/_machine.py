@@ -629,6 +629,15 @@ class StateMachine:
             and _definer(ledger, "replay_view") is _definer(ledger, "get_checked")
             else None
         )
+        view_async = getattr(ledger, "replay_view_async", None)
+        #: Its form for an event loop, defined beside it.
+        self.replay_view_async: Callable[[str], Awaitable[ReplayView | None]] | None = (
+            view_async
+            if self.replay_view is not None
+            and callable(view_async)
+            and _definer(ledger, "replay_view_async") is _definer(ledger, "replay_view")
+            else None
+        )
 
     def now(self) -> float | None:
         """The injected clock's time, or None for the ledger's own clock."""
@@ -2249,7 +2258,20 @@ class EffectExecutor:
         call = self._prepare(contract, arguments, handler, wait_for_peer, on_loop=True)
         if type(call) is not Call:
             return call  # type: ignore[return-value]  # the replay cache's result
-        machine = self._states.run(call)
+        states = self._states
+        if states.replay_view_async is None or _watching(call.observers):
+            machine = states.run(call)
+        else:
+            # The read before the claim, as _read_first makes it: a plain replay needs no more.
+            view = await states.replay_view_async(call.operation_id)
+            if view is None:
+                machine = states.reported(call, states.drive(call, None))
+            else:
+                if view.fingerprint == call.fingerprint and view.status.terminal:
+                    replayed = self._replayed_view(call, view)
+                    if replayed is not None:
+                        return replayed
+                machine = states.run(call)
         performer = self._performer
         value: Any = None
         error: BaseException | None = None

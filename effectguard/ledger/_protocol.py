@@ -99,10 +99,11 @@ class ReplayView(NamedTuple):
     event (its confirmation, almost always), which the stored output is
     checked against before it is returned. A ledger's
     ``replay_view(operation_id)`` returns one of these, or None when there is
-    no such operation. The executor uses it for the read before a claim of a
-    synchronous call nobody watches whole, when the class that defines it
-    also defines ``get_checked`` and the ledger's own ``get``; anything that
-    is not a plain replay is then read again, whole.
+    no such operation. The executor uses it (or ``replay_view_async``, from
+    an event loop) for the read before the claim of a call nobody watches
+    whole, when the class that defines it also defines ``get_checked`` and
+    the ledger's own ``get``; anything that is not a plain replay is then
+    read again, whole.
     """
 
     operation_id: str

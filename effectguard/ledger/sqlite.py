@@ -2077,6 +2077,13 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
         operation needs no more. Whether it is a replay at all is the
         caller's to judge (its status and fingerprint are in the view).
         """
+        return self._read(self._viewing(operation_id), None)
+
+    async def replay_view_async(self, operation_id: str) -> ReplayView | None:
+        """:meth:`replay_view` from an event loop: run in the ledger's writer thread."""
+        return await self._read_async(self._viewing(operation_id), None)
+
+    def _viewing(self, operation_id: str) -> Callable[[Connection], ReplayView | None]:
         check_operation_id(operation_id)
 
         def work(conn: Connection) -> ReplayView | None:
@@ -2096,7 +2103,7 @@ class SQLiteEffectLedger(LedgerFile, OperatorResolution, SQLitePruning):
                 commits,
             )
 
-        return self._read(work, None)
+        return work
 
     def list_operations(
         self,

@@ -270,10 +270,10 @@ def test_a_replay_read_without_its_record_is_the_replay_of_the_whole_record(
 ) -> None:
     """SQLite replays a settled operation from a narrow read: the result is the record path's.
 
-    Three executors replay the same operation: one reading the ledger's
-    replay view (SQLite's), one reading the whole record (the ledger behind a
-    wrapper that offers no view), and the first again from its cache, which
-    the view filled. All three results are equal, field by field.
+    Executors replay the same operation: one reading the ledger's replay view
+    (SQLite's), one reading the whole record (the ledger behind a wrapper that
+    offers no view), the first again from its cache, which the view filled,
+    and each from an event loop. All the results are equal, field by field.
     """
     sent: list[str] = []
     provider = FakePaymentProvider()
@@ -292,11 +292,15 @@ def test_a_replay_read_without_its_record_is_the_replay_of_the_whole_record(
     assert whole._states.replay_view is None
     if getattr(ledger, "claims_first", False) is not True:
         assert viewing._states.replay_view is not None
+        assert viewing._states.replay_view_async is not None
     from_view = viewing.execute(contract, ARGS, handler)
     from_record = whole.execute(contract, ARGS, handler)
     from_cache = viewing.execute(contract, ARGS, handler)
+    on_loop = EffectExecutor(ledger, clock=ManualClock(), replay_cache=0)
+    from_loop = asyncio.run(on_loop.execute_async(contract, ARGS, handler))
+    from_loop_record = asyncio.run(whole.execute_async(contract, ARGS, handler))
     assert from_view.replayed
-    assert from_view == from_record == from_cache
+    assert from_view == from_record == from_cache == from_loop == from_loop_record
     assert from_view.status is (
         EffectStatus.CONFIRMED if outcome == "confirmed" else EffectStatus.REJECTED
     )
