@@ -1513,8 +1513,7 @@ def _definer(ledger: object, name: str) -> type | None:
 
 def _own_get(ledger: object) -> Any:
     """The ``get`` the class that defines ``get_checked`` defines (a wrapper may override get)."""
-    kind = type(ledger)
-    owner = next((k for k in kind.__mro__ if "get_checked" in vars(k)), None)
+    owner = _definer(ledger, "get_checked")
     return None if owner is None else vars(owner).get("get", getattr(owner, "get", None))
 
 
